@@ -1,0 +1,12 @@
+# Worked example for the compute nodes slurm-work-*. Every key is optional;
+# salt/epilog/defaults.yaml documents each one and its default.
+epilog:
+  slurm_config_dir: /etc/slurm
+  # Operators whose own jobs must never end their ssh sessions or processes.
+  # Quote names YAML could read as something else (yes, no, 0123, null).
+  localusers:
+    - root
+    - je.kim
+    - s.shin
+  ssh_allow_file: /etc/localusers
+  log_file: /var/log/slurm/epilog.log

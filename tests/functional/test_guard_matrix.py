@@ -1,0 +1,131 @@
+"""The seed's decision matrix, one test per row, run against the parts 40, 41
+and 42 exactly as the state renders them, with real accounts, real stray
+processes and real files, in the bare environment slurmd gives an epilog.
+
+Each row arranges the same residue for the job user: a stray process, a file
+in /tmp and a line in the ssh allow file between other users' lines. Then it
+runs 40, 41 and 42. "act" means all three clean up; "spare" means all three
+leave everything as it was (the guard's one answer holds for every part)."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from tests.helpers import end, killed, owned_file, require_tools, slurmd_env, still_running, stray
+
+PARTS = ["40-lastuserjob-processes", "41-lastuserjob-ssh", "42-lastuserjob-cleanup"]
+OTHERS = ["bob", "alicex", "alice-admin", "alice.b", "-v-other"]
+
+
+def run_row(chain, user, expect, prefix=(), log_has=()):
+    """Arrange residue for USER, run the three parts, check EXPECT."""
+    others = [o for o in OTHERS if o != user]
+    allow_before = "\n".join([others[0], user, *others[1:]]) + "\n"
+    chain.view(chain.allow_file).write_text(allow_before)
+    log_before = chain.log_text()
+    proc = stray(user)
+    residue = owned_file(user)
+    try:
+        for part in PARTS:
+            ret = chain.run_part(part, slurmd_env(user), prefix=prefix)
+            assert ret.returncode == 0, (part, ret.stdout, ret.stderr)
+        allow_after = chain.view(chain.allow_file).read_text()
+        log = chain.log_text()[len(log_before):]
+        if expect == "act":
+            assert killed(proc), "40 did not kill the stray process"
+            assert not residue.exists(), "42 did not remove the /tmp file"
+            assert allow_after.splitlines() == others, "41 did not remove exactly the user's line"
+        else:
+            assert still_running(proc), "the stray process was killed"
+            assert residue.exists(), "the /tmp file was removed"
+            assert allow_after == allow_before, "the allow file changed"
+        for needle in log_has:
+            for part in PARTS:
+                assert any(part in line and needle in line for line in log.splitlines()), (part, needle, log)
+        return log
+    finally:
+        end(proc)
+        residue.unlink(missing_ok=True)
+
+
+def write_list(chain, content):
+    chain.localusers.unlink(missing_ok=True)
+    chain.localusers.write_bytes(content)
+    os.chmod(chain.localusers, 0o600)
+
+
+@pytest.fixture
+def restore_list(chain):
+    """Rows that change localusers.backup put the state's rendering back."""
+    saved = chain.localusers.read_bytes()
+    yield
+    if chain.localusers.is_dir():
+        shutil.rmtree(chain.localusers)
+    write_list(chain, saved)
+
+
+def test_listed_user_default_path_is_spared_by_every_part(default_chain):
+    assert default_chain.conf_dir.as_posix() == "/etc/slurm"
+    assert "je.kim" in default_chain.localusers.read_text().splitlines()
+    run_row(default_chain, "je.kim", "spare", log_has=["listed in /etc/slurm/localusers.backup"])
+
+
+def test_listed_user_custom_path_is_spared_by_every_part(chain):
+    listed = f"listed in {chain.conf_dir}/localusers.backup"
+    run_row(chain, "je.kim", "spare", log_has=[listed])
+
+
+def test_definite_nonmatch_is_cleaned_up_by_every_part(chain):
+    run_row(chain, "alice", "act", log_has=["not listed"])
+
+
+def test_lookup_failed_file_absent_spares_and_warns(chain, restore_list):
+    chain.localusers.unlink()
+    run_row(chain, "alice", "spare", log_has=[f"localusers lookup failed (not a readable regular file: {chain.localusers}"])
+
+
+def test_lookup_failed_directory_spares_and_warns(chain, restore_list):
+    chain.localusers.unlink()
+    chain.localusers.mkdir()
+    run_row(chain, "alice", "spare", log_has=[f"localusers lookup failed (not a readable regular file: {chain.localusers}"])
+
+
+def test_lookup_failed_unreadable_spares_and_warns(chain, restore_list):
+    """Mode 000 stops root only without CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH,
+    so the parts run with those two capabilities dropped (kill and unlink
+    rights stay): a real EACCES from the kernel, not a stub."""
+    require_tools("setpriv")
+    os.chmod(chain.localusers, 0o000)
+    drop = ["setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
+    probe = subprocess.run([*drop, "cat", str(chain.localusers)], capture_output=True)
+    assert probe.returncode != 0, "precondition: the file must be unreadable without DAC capabilities"
+    run_row(chain, "alice", "spare", prefix=drop,
+            log_has=[f"localusers lookup failed (grep rc=2, file={chain.localusers})"])
+
+
+def test_regex_wildcard_does_not_exempt_je_kim(chain, restore_list):
+    write_list(chain, b"root\njeXkim\n")
+    run_row(chain, "je.kim", "act", log_has=["not listed"])
+
+
+def test_user_named_dash_v_is_data_not_an_option_when_listed(chain, restore_list):
+    write_list(chain, b"root\n-v\n")
+    run_row(chain, "-v", "spare", log_has=[f"listed in {chain.localusers}"])
+
+
+def test_user_named_dash_v_is_data_not_an_option_when_not_listed(chain, restore_list):
+    write_list(chain, b"root\nje.kim\n")
+    run_row(chain, "-v", "act", log_has=["not listed"])
+
+
+def test_alice_is_not_exempted_by_alice_admin_or_alice_b(chain, restore_list):
+    write_list(chain, b"root\nalice-admin\nalice.b\n")
+    run_row(chain, "alice", "act", log_has=["not listed"])
+
+
+def test_crlf_and_blank_lines_in_the_list_still_match_exactly(chain, restore_list):
+    write_list(chain, b"root\r\n\r\nje.kim\r\n\n\ns.shin")
+    run_row(chain, "je.kim", "spare", log_has=["listed in"])
+    run_row(chain, "s.shin", "spare", log_has=["listed in"])
+    run_row(chain, "alice", "act", log_has=["not listed"])

@@ -1,0 +1,173 @@
+"""The state `epilog`, applied by a real salt-call (file_client: local) to a
+sandbox slurm_config_dir: preview, idempotence, backups, the bash -n gate,
+ownership and modes, and every bad-pillar case."""
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO, Chain, require_tools
+
+SCRIPTS = [
+    "epilog.sh", "prolog.sh",
+    "epilog.d/40-lastuserjob-processes", "epilog.d/41-lastuserjob-ssh", "epilog.d/42-lastuserjob-cleanup",
+    "prolog.d/50-exclusive-ssh",
+]
+STATE_COUNT = 9  # 2 directories, localusers.backup, 6 scripts
+
+
+def sandbox(tmp_path):
+    return Chain(tmp_path / "slurm", tmp_path / "localusers", tmp_path / "epilog.log", tmp_path / "spool")
+
+
+def test_preview_lays_down_nothing_and_predicts_what_apply_changes(salt_call, tmp_path):
+    c = sandbox(tmp_path)
+    preview = salt_call("state.apply", "epilog", "test=True", pillar=c.pillar())
+    assert preview.returncode == 0, preview
+    assert len(preview.states) == STATE_COUNT, preview
+    pending = {sid for sid, s in preview.states.items() if s["result"] is None and s["changes"]}
+    assert not c.conf_dir.exists(), "test=True laid something down"
+    applied = salt_call("state.apply", "epilog", pillar=c.pillar())
+    assert applied.returncode == 0, applied
+    changed = {sid for sid, s in applied.states.items() if s["result"] is True and s["changes"]}
+    assert pending == changed and len(changed) == STATE_COUNT
+    for script in SCRIPTS:
+        assert (c.conf_dir / script).is_file()
+
+
+def test_second_apply_changes_nothing(salt_call, tmp_path):
+    c = sandbox(tmp_path)
+    assert salt_call("state.apply", "epilog", pillar=c.pillar()).returncode == 0
+    again = salt_call("state.apply", "epilog", pillar=c.pillar())
+    assert again.returncode == 0, again
+    assert len(again.states) == STATE_COUNT
+    assert all(s["result"] is True and not s["changes"] for s in again.states.values()), again
+
+
+def test_changed_pillar_leaves_a_backup_of_the_old_file(salt_call, tmp_path):
+    c = sandbox(tmp_path)
+    assert salt_call("state.apply", "epilog", pillar=c.pillar(localusers=["root"])).returncode == 0
+    ret = salt_call("state.apply", "epilog", pillar=c.pillar(localusers=["root", "je.kim"]))
+    assert ret.returncode == 0, ret
+    changed = {sid for sid, s in ret.states.items() if s["changes"]}
+    assert changed == {"epilog-config-localusers-backup-file-managed"}
+    assert c.localusers.read_text() == "root\nje.kim\n"
+    backups = salt_call("file.list_backups", str(c.localusers))
+    assert backups.returncode == 0 and backups.data, backups
+    newest = backups.data[min(backups.data, key=int)]
+    assert Path(newest["Location"]).read_text() == "root\n"
+
+
+def test_render_failing_bash_n_is_refused_and_old_file_stays(salt_call, tmp_path):
+    c = sandbox(tmp_path)
+    assert salt_call("state.apply", "epilog", pillar=c.pillar()).returncode == 0
+    part = c.conf_dir / "epilog.d/40-lastuserjob-processes"
+    before = part.read_bytes()
+    broken_tree = tmp_path / "salt-tree"
+    shutil.copytree(REPO / "salt", broken_tree)
+    template = broken_tree / "epilog/files/epilog.d/40-lastuserjob-processes.jinja"
+    template.write_text(template.read_text().replace("exit 0\n", "if then; fi\nexit 0\n"))
+    ret = salt_call("state.apply", "epilog", f"--file-root={broken_tree}", pillar=c.pillar())
+    assert ret.returncode != 0, ret
+    state = ret.states["epilog-part-40-lastuserjob-processes-file-managed"]
+    assert state["result"] is False and "check_cmd" in state["comment"], state
+    assert part.read_bytes() == before
+    assert subprocess.run(["bash", "-n", str(part)]).returncode == 0
+
+
+def test_scripts_are_root_owned_0755_and_not_writable_by_slurm(salt_call, tmp_path):
+    require_tools("setpriv")
+    c = sandbox(tmp_path)
+    assert salt_call("state.apply", "epilog", pillar=c.pillar()).returncode == 0
+    slurm = subprocess.run(["id", "-u", "slurm"], capture_output=True, text=True)
+    assert slurm.returncode == 0, "the slurm account (from the slurm packages) is missing"
+    for path in [c.conf_dir / s for s in SCRIPTS] + [c.conf_dir / "epilog.d", c.conf_dir / "prolog.d"]:
+        st = path.stat()
+        assert (st.st_uid, st.st_gid) == (0, 0), path
+        assert st.st_mode & 0o7777 == 0o755, (path, oct(st.st_mode))
+        writable = subprocess.run(["setpriv", f"--reuid={slurm.stdout.strip()}", "--clear-groups", "test", "-w", str(path)])
+        assert writable.returncode != 0, f"{path} is writable by the slurm user"
+    st = c.localusers.stat()
+    assert (st.st_uid, st.st_mode & 0o7777) == (0, 0o600)
+
+
+def test_rendered_scripts_are_shellcheck_clean(salt_call, tmp_path):
+    require_tools("shellcheck")
+    c = sandbox(tmp_path)
+    assert salt_call("state.apply", "epilog", pillar=c.pillar()).returncode == 0
+    ret = subprocess.run(["shellcheck", "-s", "bash", *[str(c.conf_dir / s) for s in SCRIPTS]], capture_output=True, text=True)
+    assert ret.returncode == 0, ret.stdout
+
+
+def test_localusers_backup_is_exactly_the_pillar_list(salt_call, tmp_path):
+    c = sandbox(tmp_path)
+    users = ["root", "je.kim", "s.shin", "alice-admin", "alice.b", "-v", "op@site"]
+    assert salt_call("state.apply", "epilog", pillar=c.pillar(localusers=users)).returncode == 0
+    assert c.localusers.read_text() == "".join(u + "\n" for u in users)
+
+
+BAD_LOCALUSERS = [
+    ("empty", "", "epilog:localusers[1] ('') is empty"),
+    ("space", "bad user", "epilog:localusers[1] ('bad user') holds whitespace or a newline"),
+    ("tab", "bad\tuser", "holds whitespace or a newline"),
+    ("newline", "bad\nuser", "holds whitespace or a newline"),
+    ("slash", "a/b", "epilog:localusers[1] ('a/b') holds a character other than"),
+    ("colon", "a:b", "epilog:localusers[1] ('a:b') holds a character other than"),
+    ("command-substitution", "$(reboot)", "epilog:localusers[1] ('$(reboot)') holds a character other than"),
+    ("semicolon", "a;b", "holds a character other than"),
+    ("backtick", "a`id`", "holds a character other than"),
+    ("quote", "a'b", "holds a character other than"),
+    ("glob", "a*", "holds a character other than"),
+    ("integer", 1234, "epilog:localusers[1] (1234) is not a string"),
+    ("boolean", True, "epilog:localusers[1] (True) is not a string"),
+    ("null", None, "epilog:localusers[1] (None) is not a string"),
+    ("list", ["root"], "epilog:localusers[1] (['root']) is not a string"),
+]
+
+
+@pytest.mark.parametrize("value,message", [(v, m) for _, v, m in BAD_LOCALUSERS], ids=[i for i, _, _ in BAD_LOCALUSERS])
+def test_bad_localusers_entry_fails_the_state_naming_it_and_lays_down_nothing(salt_call, tmp_path, value, message):
+    c = sandbox(tmp_path)
+    ret = salt_call("state.apply", "epilog", pillar=c.pillar(localusers=["root", value]))
+    assert ret.returncode != 0, ret
+    assert message in ret.stdout + ret.stderr, ret
+    assert not c.conf_dir.exists()
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("localusers", "root", "epilog:localusers must be a list of account names"),
+    ("slurm_config_dir", "etc/slurm", "epilog:slurm_config_dir ('etc/slurm') must be an absolute path"),
+    ("slurm_config_dir", "/etc/slurm; rm -rf /", "epilog:slurm_config_dir"),
+    ("ssh_allow_file", "/etc/$(id)", "epilog:ssh_allow_file"),
+    ("log_file", "/var/log/../../etc/shadow", "epilog:log_file"),
+    ("slurmd_spool_dir", "/var/lib/slurm d", "epilog:slurmd_spool_dir"),
+    ("part_timeout", "30", "epilog:part_timeout ('30') must be a whole number of seconds"),
+    ("part_timeout", 0, "epilog:part_timeout (0) must be a whole number"),
+])
+def test_bad_setting_fails_the_state_naming_it(salt_call, tmp_path, key, value, message):
+    c = sandbox(tmp_path)
+    pillar = c.pillar()
+    pillar["epilog"][key] = value
+    ret = salt_call("state.apply", "epilog", pillar=pillar)
+    assert ret.returncode != 0, ret
+    assert message in ret.stdout + ret.stderr, ret
+    assert not c.conf_dir.exists()
+
+
+def test_bad_pillar_keeps_the_chain_already_laid_down(salt_call, tmp_path):
+    c = sandbox(tmp_path)
+    assert salt_call("state.apply", "epilog", pillar=c.pillar()).returncode == 0
+    before = {p: p.read_bytes() for p in c.conf_dir.rglob("*") if p.is_file()}
+    ret = salt_call("state.apply", "epilog", pillar=c.pillar(localusers=["root", "bad user"]))
+    assert ret.returncode != 0
+    assert {p: p.read_bytes() for p in c.conf_dir.rglob("*") if p.is_file()} == before
+
+
+def test_readme_test_command_is_what_ci_runs():
+    readme = (REPO / "README.md").read_text()
+    ci = (REPO / ".ci/run").read_text()
+    command = next(line.strip() for line in ci.splitlines() if line.strip().startswith("bash .ci/setup &&"))
+    assert command in readme

@@ -1,0 +1,231 @@
+"""Shared helpers for the epilog formula's tests: real accounts, real processes,
+the chain laid down by the real state, and the environment slurmd gives."""
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
+IN_CI = os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+HOST = socket.gethostname().split(".")[0]
+
+# Accounts the tests create with useradd. je.kim and s.shin are the seed's
+# operators; alice an ordinary user; opal an operator with an ssh key.
+ACCOUNTS = ["alice", "alicex", "je.kim", "s.shin", "opal"]
+
+
+def require(ok, what):
+    """A missing prerequisite fails the run under CI=true, else skips."""
+    if ok:
+        return
+    if IN_CI:
+        pytest.fail(f"missing prerequisite (CI=true, so this is a failure): {what}")
+    pytest.skip(f"missing prerequisite: {what}")
+
+
+def require_root():
+    require(os.geteuid() == 0, "the tests run as root (the epilog runs as root)")
+
+
+def require_tools(*tools):
+    for tool in tools:
+        require(shutil.which(tool) or Path(tool).exists(), f"{tool} is not installed (bash .ci/setup)")
+
+
+# glibc's files backend reads a passwd line starting with '-' as NIS compat
+# syntax, so no local account can be named '-v'. Sites get such names from a
+# directory service; here '-v' is uid 2999, as slurmd would pass it in
+# SLURM_JOB_UID, with real processes and files owned by that uid.
+NO_PASSWD_ENTRY = {"-v": (2999, 2999)}
+
+
+def ids_of(user):
+    if user in NO_PASSWD_ENTRY:
+        return NO_PASSWD_ENTRY[user]
+    pw = pwd.getpwnam(user)
+    return pw.pw_uid, pw.pw_gid
+
+
+def uid_of(user):
+    return ids_of(user)[0]
+
+
+def slurmd_env(user, job=4242, uid=None, **extra):
+    """The environment slurmd gives an epilog: the job's user, uid and id, and no PATH."""
+    env = {"SLURM_JOB_USER": user, "SLURM_JOB_ID": str(job), "SLURMD_NODENAME": HOST}
+    if uid is None:
+        try:
+            uid = uid_of(user)
+        except KeyError:
+            uid = None
+    if uid is not None:
+        env["SLURM_JOB_UID"] = str(uid)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def spawn_as(user, *argv):
+    """Start a real process as USER in its own session (a job's stray)."""
+    uid, gid = ids_of(user)
+    cmd = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv]
+    return subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def stray(user):
+    """A stray process of USER that lives until something kills it."""
+    proc = spawn_as(user, "sleep", "600")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            if os.stat(f"/proc/{proc.pid}").st_uid == uid_of(user) and "sleep" in Path(
+                f"/proc/{proc.pid}/cmdline"
+            ).read_text():
+                return proc
+        except (FileNotFoundError, KeyError):
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"could not start a stray process as {user}")
+
+
+def killed(proc, timeout=5.0):
+    """True when PROC was killed by a signal within TIMEOUT (reaps it)."""
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return rc < 0
+
+
+def still_running(proc, grace=0.3):
+    """True when PROC is still alive after a short grace period."""
+    time.sleep(grace)
+    return proc.poll() is None
+
+
+def end(proc):
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def owned_file(user, directory="/tmp", name=None):
+    path = Path(directory) / (name or f"epilog-test-{user}-{os.getpid()}-{time.monotonic_ns()}")
+    path.write_text("job residue\n")
+    os.chown(path, *ids_of(user))
+    return path
+
+
+class Chain:
+    """The epilog chain as the state laid it down under CONF_DIR.
+
+    PREFIX runs every command in another context (a mount namespace, dropped
+    capabilities); VIEW maps a path to where this process sees it."""
+
+    def __init__(self, conf_dir, allow_file, log_file, spool_dir, prefix=(), view=None):
+        self.conf_dir = Path(conf_dir)
+        self.allow_file = Path(allow_file)
+        self.log_file = Path(log_file)
+        self.spool_dir = Path(spool_dir)
+        self.prefix = list(prefix)
+        self._view = view or (lambda p: Path(p))
+
+    def view(self, path):
+        return self._view(Path(path))
+
+    @property
+    def localusers(self):
+        return self.view(self.conf_dir / "localusers.backup")
+
+    def part(self, name):
+        sub = "prolog.d" if name.startswith("50-") else "epilog.d"
+        return self.conf_dir / sub / name
+
+    def run(self, script, env, prefix=(), timeout=60):
+        cmd = [*self.prefix, *prefix, str(script)]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+    def run_part(self, name, env, prefix=()):
+        return self.run(self.part(name), env, prefix=prefix)
+
+    def log_text(self):
+        try:
+            return self.view(self.log_file).read_text()
+        except FileNotFoundError:
+            return ""
+
+    def pillar(self, **extra):
+        data = {
+            "slurm_config_dir": str(self.conf_dir),
+            "ssh_allow_file": str(self.allow_file),
+            "log_file": str(self.log_file),
+            "slurmd_spool_dir": str(self.spool_dir),
+        }
+        data.update(extra)
+        return {"epilog": data}
+
+
+class SaltCall:
+    """salt-call --local against a minion configured by pytest-salt-factories,
+    serving salt/ from this repo and the epilog module from _modules/."""
+
+    def __init__(self, config_dir):
+        self.config_dir = str(config_dir)
+
+    def __call__(self, *args, pillar=None, prefix=(), timeout=300):
+        cmd = [
+            *prefix, str(VENV_BIN / "salt-call"), f"--config-dir={self.config_dir}", "--local",
+            "--out=json", "--retcode-passthrough", "--log-level=quiet", *args,
+        ]
+        if pillar is not None:
+            cmd.append("pillar=" + json.dumps(pillar))
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        try:
+            data = json.loads(proc.stdout)["local"] if proc.stdout.strip() else None
+        except (ValueError, KeyError):
+            data = None
+        return SaltResult(proc.returncode, data, proc.stdout, proc.stderr)
+
+
+class SaltResult:
+    def __init__(self, returncode, data, stdout, stderr):
+        self.returncode, self.data, self.stdout, self.stderr = returncode, data, stdout, stderr
+
+    @property
+    def states(self):
+        """{state id: result dict}, when the call returned state results."""
+        if not isinstance(self.data, dict):
+            return {}
+        return {key.split("_|-")[1]: value for key, value in self.data.items() if "_|-" in key}
+
+    def __repr__(self):
+        return f"SaltResult(rc={self.returncode}, stdout={self.stdout[:2000]!r}, stderr={self.stderr[-2000:]!r})"
+
+
+def wait_for(predicate, timeout, interval=0.1, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def kill_pidfile(pidfile, sig=signal.SIGTERM):
+    try:
+        pid = int(Path(pidfile).read_text().split()[0])
+        os.kill(pid, sig)
+        return pid
+    except (FileNotFoundError, ValueError, ProcessLookupError, IndexError):
+        return None
