@@ -1,6 +1,6 @@
 """Session fixtures: real accounts, a salt-call minion configured by
 pytest-salt-factories, and the chain laid down by the real state."""
-import os
+import logging
 import subprocess
 from pathlib import Path
 
@@ -9,6 +9,10 @@ import pytest
 from tests.helpers import ACCOUNTS, REPO, VENV_BIN, Chain, SaltCall, require, require_root, require_tools
 
 OPERATORS = ["root", "je.kim", "s.shin"]
+
+# pytest-salt-factories logs its whole configuration as a warning at start-up,
+# and salt's deferred handler prints it after the test summary.
+logging.getLogger("saltfactories.manager").setLevel(logging.ERROR)
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +40,8 @@ def salt_minion(salt_factories):
             "file_roots": {"base": [str(REPO / "salt")]},
             "pillar_roots": {"base": [str(REPO / "pillar")]},
             "module_dirs": [str(REPO)],
+            # salt-call's own log lines stay out of the pytest process.
+            "pytest-minion": {"log": {"disabled": True}},
         },
     )
 
@@ -90,3 +96,4 @@ def default_chain(tmp_path_factory, salt_call, accounts):
     finally:
         holder.kill()
         holder.wait()
+
