@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ACCOUNTS, REPO, VENV_BIN, Chain, SaltCall, require, require_root, require_tools
-
-OPERATORS = ["root", "je.kim", "s.shin"]
+from tests.helpers import ACCOUNTS, OPERATORS, REPO, VENV_BIN, Chain, SaltCall, lay_down, require, require_root, require_tools
 
 # pytest-salt-factories logs its whole configuration as a warning at start-up,
 # and salt's deferred handler prints it after the test summary.
@@ -49,13 +47,6 @@ def salt_minion(salt_factories):
 @pytest.fixture(scope="session")
 def salt_call(salt_minion):
     return SaltCall(salt_minion.config_dir)
-
-
-def lay_down(salt_call, chain, localusers=OPERATORS, prefix=(), **extra):
-    ret = salt_call("state.apply", "epilog", pillar=chain.pillar(localusers=list(localusers), **extra), prefix=prefix)
-    assert ret.returncode == 0, ret
-    assert ret.states and all(state["result"] for state in ret.states.values()), ret
-    return ret
 
 
 @pytest.fixture(scope="session")

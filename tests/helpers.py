@@ -20,6 +20,8 @@ HOST = socket.gethostname().split(".")[0]
 # Accounts the tests create with useradd. je.kim and s.shin are the seed's
 # operators; alice an ordinary user; opal an operator with an ssh key.
 ACCOUNTS = ["alice", "alicex", "je.kim", "s.shin", "opal"]
+# The operators of the seed's list.
+OPERATORS = ["root", "je.kim", "s.shin"]
 
 
 def require(ok, what):
@@ -229,3 +231,10 @@ def kill_pidfile(pidfile, sig=signal.SIGTERM):
         return pid
     except (FileNotFoundError, ValueError, ProcessLookupError, IndexError):
         return None
+
+
+def lay_down(salt_call, chain, localusers=None, prefix=(), **extra):
+    ret = salt_call("state.apply", "epilog", pillar=chain.pillar(localusers=list(localusers or OPERATORS), **extra), prefix=prefix)
+    assert ret.returncode == 0, ret
+    assert ret.states and all(state["result"] for state in ret.states.values()), ret
+    return ret

@@ -1,0 +1,144 @@
+"""Real job ends on a real one-node Slurm: the chain laid down by the state
+runs as slurmd's Epilog=/Prolog=, for real accounts with a real ssh session."""
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import uid_of, wait_for
+
+# Inside a job: start a stray that escapes the step (setsid, reparented to
+# init, so proctrack/linuxproc loses it) and report its pid.
+STRAY = "setsid -f bash -c 'echo STRAY=$$ >&3; exec sleep 600 3>&-' 3>&1 </dev/null >/dev/null 2>&1; sleep 0.2"
+
+
+def stray_pid(stdout):
+    return int(next(line.split("=", 1)[1] for line in stdout.splitlines() if line.startswith("STRAY=")))
+
+
+def alive_as(pid, user):
+    try:
+        st = os.stat(f"/proc/{pid}")
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return st.st_uid == uid_of(user) and state != "Z"
+
+
+def kill(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def ssh_session(sshd, user):
+    session = sshd(user, "echo ready; exec sleep 600")
+    line = session.stdout.readline().strip()
+    assert line == "ready", (line, session.stderr.read() if session.poll() is not None else "")
+    return session
+
+
+def assert_not_drained(slurm):
+    state, reason = slurm.node_state()
+    assert "DRAIN" not in state and "FAIL" not in state, (state, reason)
+
+
+def test_listed_operator_keeps_ssh_session_and_stray_after_own_job(slurm, sshd, rsyslog):
+    session = ssh_session(sshd, "opal")
+    try:
+        job, out = slurm.run_job("opal", STRAY)
+        pid = stray_pid(out)
+        slurm.wait_epilog_end(job)
+        log = "\n".join(slurm.job_log(job))
+        assert f"listed in {slurm.chain.localusers}" in log
+        assert alive_as(pid, "opal"), "the operator's stray process was killed"
+        time.sleep(0.5)
+        assert session.poll() is None, f"the operator's ssh session ended: {session.stderr.read()}"
+        assert_not_drained(slurm)
+    finally:
+        session.kill()
+        session.wait()
+        if "pid" in locals():
+            kill(pid)
+
+
+def test_ordinary_user_is_cleaned_up_after_last_job_and_loses_ssh(slurm, sshd, rsyslog):
+    session = ssh_session(sshd, "alice")
+    job, out = slurm.run_job("alice", STRAY + "; echo residue > /tmp/alice-job-residue; echo shm > /dev/shm/alice-job-shm")
+    pid = stray_pid(out)
+    slurm.wait_epilog_end(job)
+    try:
+        assert wait_for(lambda: not alive_as(pid, "alice"), 10, what="the stray to die")
+        assert not Path("/tmp/alice-job-residue").exists()
+        assert not Path("/dev/shm/alice-job-shm").exists()
+        session.wait(timeout=10)
+        assert session.returncode == 255, "alice's ssh session should end with her last job"
+        log = "\n".join(slurm.job_log(job))
+        assert "other jobs of this user on this node: no (node-local" in log
+        assert "killed residual processes" in log
+        assert_not_drained(slurm)
+    finally:
+        kill(pid)
+        if session.poll() is None:
+            session.kill()
+
+
+def test_prolog_adds_and_epilog_removes_the_users_allow_line(slurm, rsyslog):
+    allow = slurm.chain.allow_file
+    allow.write_text("bob\nalicex\n")
+    job, out = slurm.run_job("alice", "cat " + str(allow))
+    assert out.splitlines()[1:] == ["bob", "alicex", "alice"], "the prolog did not add exactly alice's line"
+    slurm.wait_epilog_end(job)
+    assert allow.read_text() == "bob\nalicex\n"
+    assert_not_drained(slurm)
+
+
+def test_another_job_of_the_user_keeps_the_lastuserjob_parts_from_running(slurm, rsyslog):
+    batch = slurm.submit("alice", "sleep 120")
+    try:
+        wait_for(lambda: any(p.is_socket() and f"_{batch}." in p.name for p in slurm.chain.spool_dir.iterdir()),
+                 30, what="the batch job's step to start")
+        job, out = slurm.run_job("alice", STRAY)
+        pid = stray_pid(out)
+        slurm.wait_epilog_end(job)
+        log = "\n".join(slurm.job_log(job))
+        assert "other jobs of this user on this node: yes (node-local: a step of another job runs a process" in log
+        assert "skipping 40-lastuserjob-processes" in log
+        assert alive_as(pid, "alice"), "a stray was killed while the user still has a job on the node"
+    finally:
+        slurm.cmd("scancel", batch, check=False)
+        if "pid" in locals():
+            kill(pid)
+    slurm.wait_idle()
+    assert_not_drained(slurm)
+
+
+def test_decisions_reach_syslog_with_tag_slurm_epilog(slurm, rsyslog):
+    job, _ = slurm.run_job("alice", "true")
+    slurm.wait_epilog_end(job)
+    lines = wait_for(lambda: [l for l in rsyslog.text().splitlines() if "slurm-epilog" in l and f"job={job} " in l],
+                     10, what="syslog lines of the job")
+    assert any("40-lastuserjob-processes" in l for l in lines), lines
+    assert any("epilog.sh" in l and ": end" in l for l in lines), lines
+
+
+def test_node_never_drains_without_syslog_daemon(slurm, rsyslog):
+    rsyslog.stop()
+    try:
+        assert not Path("/dev/log").exists()
+        assert subprocess.run(["logger", "--socket-errors=on", "-t", "probe", "x"], capture_output=True).returncode != 0, \
+            "precondition: logger must fail without /dev/log"
+        residue = Path("/tmp/alice-no-syslog")
+        job, out = slurm.run_job("alice", STRAY + f"; echo x > {residue}")
+        pid = stray_pid(out)
+        slurm.wait_epilog_end(job)
+        assert wait_for(lambda: not alive_as(pid, "alice"), 10, what="the stray to die")
+        assert not residue.exists()
+        slurm.wait_idle()
+        assert_not_drained(slurm)
+    finally:
+        rsyslog.start()
