@@ -1,0 +1,199 @@
+"""The runners (epilog.sh, prolog.sh) and the allow-file edits, as the state
+renders them: order, timeouts, faults that must never drain a node, and the
+last-job lookup's unknown answer."""
+import os
+import socket
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import Chain, end, killed, lay_down, owned_file, require_tools, slurmd_env, still_running, stray
+
+
+@pytest.fixture
+def own_chain(tmp_path, salt_call, accounts):
+    """A chain of its own, for tests that add parts or change settings."""
+    def make(**settings):
+        (tmp_path / "spool").mkdir(exist_ok=True)
+        c = Chain(tmp_path / "slurm", tmp_path / "localusers", tmp_path / "epilog.log", tmp_path / "spool")
+        lay_down(salt_call, c, **settings)
+        return c
+    return make
+
+
+def add_part(chain, name, body, mode=0o755):
+    path = chain.conf_dir / "epilog.d" / name
+    path.write_text("#!/bin/bash\n" + body + "\n")
+    os.chmod(path, mode)
+    return path
+
+
+def test_runner_runs_parts_in_ascending_order_and_only_run_parts_names(own_chain, tmp_path):
+    c = own_chain()
+    trail = tmp_path / "trail"
+    for name in ["90-last", "10-first", "50-middle"]:
+        add_part(c, name, f"echo {name} >> {trail}")
+    add_part(c, "60-backup.bak", f"echo 60-backup.bak >> {trail}")
+    add_part(c, "70-not-executable", f"echo 70 >> {trail}", mode=0o644)
+    add_part(c, "README", f"echo README >> {trail}")
+    ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("je.kim"))
+    assert ret.returncode == 0, ret
+    assert trail.read_text().split() == ["10-first", "50-middle", "90-last"]
+
+
+def test_a_hanging_part_is_stopped_and_the_chain_goes_on(own_chain):
+    c = own_chain(part_timeout=1)
+    add_part(c, "30-hang", "sleep 120")
+    proc = stray("alice")
+    try:
+        started = time.monotonic()
+        ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("alice"))
+        assert ret.returncode == 0
+        assert time.monotonic() - started < 30
+        assert "30-hang exited 124" in c.log_text()
+        assert killed(proc), "40 did not run after the hanging part"
+    finally:
+        end(proc)
+
+
+def test_a_failing_part_does_not_fail_the_runner(own_chain):
+    c = own_chain()
+    add_part(c, "30-fails", "exit 3")
+    ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("je.kim"))
+    assert ret.returncode == 0
+    assert "30-fails exited 3" in c.log_text()
+
+
+def test_missing_kill_tool_never_fails_the_part(own_chain):
+    """pkill is made unusable for real: /dev/null bind-mounted over it in a
+    private mount namespace (exec then fails with EACCES)."""
+    require_tools("unshare")
+    c = own_chain()
+    pkill = subprocess.run(["bash", "-c", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; command -v pkill"],
+                           capture_output=True, text=True).stdout.strip()
+    proc = stray("alice")
+    residue = owned_file("alice")
+    try:
+        ns = ["unshare", "--mount", "--propagation", "private", "sh", "-c", f'mount --bind /dev/null {pkill} && exec "$@"', "sh"]
+        ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("alice"), prefix=ns)
+        assert ret.returncode == 0, ret
+        assert "pkill failed (rc=126)" in c.log_text()
+        assert still_running(proc)
+        assert not residue.exists(), "42 must still run after 40's tool failed"
+    finally:
+        end(proc)
+        residue.unlink(missing_ok=True)
+
+
+def test_no_log_dir_and_no_syslog_never_fail_a_part(own_chain, tmp_path):
+    c = own_chain(log_file=str(tmp_path / "missing-dir" / "epilog.log"))
+    assert not Path("/dev/log").exists() or Path("/dev/log").is_socket()
+    proc = stray("alice")
+    try:
+        ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("alice"))
+        assert ret.returncode == 0, ret
+        assert killed(proc)
+        assert not (tmp_path / "missing-dir").exists()
+    finally:
+        end(proc)
+
+
+def test_unknown_other_jobs_skip_the_lastuserjob_parts(own_chain):
+    """Another job's step socket in the spool, no slurmstepd holding one of the
+    user's processes, and squeue cannot reach a controller: unknown, so the
+    destructive parts are skipped and a warning is logged."""
+    c = own_chain()
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(c.spool_dir / "node_999999.4294967291"))
+    proc = stray("alice")
+    try:
+        env = slurmd_env("alice", SLURM_CONF="/nonexistent/slurm.conf")
+        ret = c.run(c.conf_dir / "epilog.sh", env)
+        assert ret.returncode == 0
+        log = c.log_text()
+        assert "other jobs of this user on this node: unknown (squeue failed or timed out" in log
+        assert "skipping 40-lastuserjob-processes" in log
+        assert still_running(proc)
+    finally:
+        end(proc)
+        sock.close()
+
+
+def test_no_step_of_another_job_is_a_node_local_last_job(own_chain):
+    c = own_chain()
+    proc = stray("alice")
+    try:
+        env = slurmd_env("alice", SLURM_CONF="/nonexistent/slurm.conf")  # no controller to ask
+        assert c.run(c.conf_dir / "epilog.sh", env).returncode == 0
+        assert "other jobs of this user on this node: no (node-local: no step of another job in" in c.log_text()
+        assert killed(proc)
+    finally:
+        end(proc)
+
+
+def run_prolog(chain, user):
+    ret = chain.run(chain.conf_dir / "prolog.sh", slurmd_env(user))
+    assert ret.returncode == 0, ret
+
+
+def test_prolog_adds_the_exact_line_once_and_keeps_the_others(chain):
+    allow = chain.allow_file
+    allow.write_text("bob\nalice-admin\nalicex")  # no final newline
+    os.chmod(allow, 0o640)
+    inode = allow.stat().st_ino
+    run_prolog(chain, "alice")
+    run_prolog(chain, "alice")
+    assert allow.read_text() == "bob\nalice-admin\nalicex\nalice\n"
+    st = allow.stat()
+    assert stat.S_IMODE(st.st_mode) == 0o640 and st.st_uid == 0
+    assert st.st_ino != inode, "the file must be replaced by a rename, not rewritten in place"
+    assert not list(allow.parent.glob(".localusers.epilog-tmp.*"))
+
+
+def test_prolog_creates_a_missing_allow_file(chain):
+    chain.allow_file.unlink(missing_ok=True)
+    run_prolog(chain, "alice")
+    assert chain.allow_file.read_text() == "alice\n"
+
+
+def test_allow_file_symlink_is_left_alone(chain, tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("bob\nalice\n")
+    chain.allow_file.unlink(missing_ok=True)
+    chain.allow_file.symlink_to(target)
+    try:
+        run_prolog(chain, "s.shin")
+        assert chain.run_part("41-lastuserjob-ssh", slurmd_env("alice")).returncode == 0
+        assert target.read_text() == "bob\nalice\n"
+        assert chain.allow_file.is_symlink()
+        assert "is not a regular file; left alone" in chain.log_text()
+    finally:
+        chain.allow_file.unlink()
+
+
+def test_41_removes_a_crlf_line_of_the_user_only(chain):
+    chain.allow_file.write_bytes(b"bob\r\nalice\r\nalicex\r\n")
+    assert chain.run_part("41-lastuserjob-ssh", slurmd_env("alice")).returncode == 0
+    assert chain.allow_file.read_bytes() == b"bob\r\nalicex\r\n"
+
+
+@pytest.mark.parametrize("user", ["root", "daemon", "munge", "slurm", "nobody"])
+def test_root_and_system_accounts_are_never_targets_even_if_unlisted(chain, user, tmp_path):
+    """A pillar that forgets root must not make the epilog kill root's
+    processes; nor those of daemons (uid < UID_MIN, or Debian's static system
+    range above UID_MAX: slurm is 64030, nobody 65534)."""
+    chain.localusers.write_text("je.kim\n")
+    try:
+        proc = subprocess.Popen(["setpriv", f"--reuid={user}", "--regid=65534", "--clear-groups", "sleep", "600"],
+                                start_new_session=True)
+        try:
+            assert chain.run_part("40-lastuserjob-processes", slurmd_env(user)).returncode == 0
+            assert still_running(proc)
+            assert "is root or a system account" in chain.log_text()
+        finally:
+            end(proc)
+    finally:
+        chain.localusers.write_text("root\nje.kim\ns.shin\n")
