@@ -68,19 +68,20 @@ def test_a_failing_part_does_not_fail_the_runner(own_chain):
 
 
 def test_missing_kill_tool_never_fails_the_part(own_chain):
-    """pkill is made unusable for real: /dev/null bind-mounted over it in a
-    private mount namespace (exec then fails with EACCES)."""
+    """40's tool (setpriv, which drops to the user's uid to send kill -1) is
+    made unusable for real: /dev/null bind-mounted over it in a private mount
+    namespace, so exec fails with EACCES."""
     require_tools("unshare")
     c = own_chain()
-    pkill = subprocess.run(["bash", "-c", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; command -v pkill"],
+    tool = subprocess.run(["bash", "-c", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; command -v setpriv"],
                            capture_output=True, text=True).stdout.strip()
     proc = stray("alice")
     residue = owned_file("alice")
     try:
-        ns = ["unshare", "--mount", "--propagation", "private", "sh", "-c", f'mount --bind /dev/null {pkill} && exec "$@"', "sh"]
+        ns = ["unshare", "--mount", "--propagation", "private", "sh", "-c", f'mount --bind /dev/null {tool} && exec "$@"', "sh"]
         ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("alice"), prefix=ns)
         assert ret.returncode == 0, ret
-        assert "pkill failed (rc=126)" in c.log_text()
+        assert "could not kill residual processes of uid" in c.log_text() and "rc=126)" in c.log_text()
         assert still_running(proc)
         assert not residue.exists(), "42 must still run after 40's tool failed"
     finally:

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Wall time of the epilog chain for an ordinary job end on an idle node.
+
+Run as root from the repo root:  .venv/bin/python bench/chain_bench.py [--runs 30]
+
+What it does, all in one run:
+  * lays the chain down with the real state (salt-call --local) into a sandbox;
+  * re-runs itself in a private mount namespace with a fresh tmpfs on /tmp
+    holding 200 files of other users (an idle node's /tmp; the host's /tmp is
+    never touched);
+  * per run: the prolog adds the user's allow line, the job leaves a stray
+    process and a /tmp file, then epilog.sh is timed from fork to exit in the
+    bare environment slurmd gives (no PATH). SLURM_CONF points nowhere, so a
+    controller RPC could not succeed: the decision must be node-local;
+  * baselines in the same run: the process floor (bash -c :), and the seed's
+    pre-fix parts (grep -w guard, killall -9 -u, sed -i "/$user/d",
+    find -user -exec rm) run in a run-parts loop with logger calls, as sites
+    run them today.
+Prints a table and one JSON line.
+"""
+import argparse
+import json
+import os
+import pwd
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+USER = "alice"
+
+SEED_PARTS = {
+    "40-lastuserjob-processes": r'''#!/bin/bash
+if grep -q -w "$SLURM_JOB_USER" "$CONF/localusers.backup"; then exit 0; fi
+if [ "$SLURM_JOB_USER" != root ]; then
+    if killall -9 -u "$SLURM_JOB_USER" ; then logger -t slurm-epilog "Killed residual user processes"; fi
+fi
+exit 0
+''',
+    "41-lastuserjob-ssh": r'''#!/bin/bash
+if grep -q -w "$SLURM_JOB_USER" "$CONF/localusers.backup"; then exit 0; fi
+sed -i "/$SLURM_JOB_USER/d" "$ALLOW"
+logger -t slurm-epilog "Removed $SLURM_JOB_USER from $ALLOW"
+exit 0
+''',
+    "42-lastuserjob-cleanup": r'''#!/bin/bash
+find /tmp /dev/shm -xdev -user "$SLURM_JOB_USER" -exec rm -rf {} + 2>/dev/null
+logger -t slurm-epilog "Cleaned /tmp for $SLURM_JOB_USER"
+exit 0
+''',
+}
+SEED_RUNNER = r'''#!/bin/bash
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+logger -t slurm-epilog "START user=$SLURM_JOB_USER job=$SLURM_JOB_ID"
+for part in "$CONF"/epilog.d/*; do "$part"; done
+exit 0
+'''
+
+
+def sh(*argv, **kw):
+    return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
+
+
+def timed(argv, env, runs, before=None):
+    samples = []
+    for _ in range(runs):
+        if before:
+            before()
+        start = time.perf_counter()
+        subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def stats(samples):
+    ordered = sorted(samples)
+    return {"median_ms": round(statistics.median(ordered), 2), "p90_ms": round(ordered[int(len(ordered) * 0.9) - 1], 2),
+            "min_ms": round(ordered[0], 2), "runs": len(ordered)}
+
+
+def lay_down(sandbox):
+    pillar = {"epilog": {
+        "slurm_config_dir": str(sandbox / "slurm"), "ssh_allow_file": str(sandbox / "localusers"),
+        "log_file": str(sandbox / "epilog.log"), "slurmd_spool_dir": str(sandbox / "spool"),
+        "localusers": ["root", "je.kim", "s.shin"],
+    }}
+    (sandbox / "spool").mkdir()
+    sh(str(REPO / ".venv/bin/salt-call"), "--local", "--retcode-passthrough", "--out=json",
+       "state.apply", "epilog", "pillar=" + json.dumps(pillar), cwd=REPO)
+
+
+def inner(sandbox, runs):
+    """Runs inside the private mount namespace."""
+    sh("mount", "-t", "tmpfs", "-o", "mode=1777", "bench-tmp", "/tmp")
+    os.makedirs("/tmp/.X11-unix", mode=0o1777)
+    for i in range(200):
+        path = Path(f"/tmp/other-{i}")
+        path.write_text("x")
+        os.chown(path, 0 if i % 2 else 1, 0)
+    pw = pwd.getpwnam(USER)
+    conf = sandbox / "slurm"
+    env = {"SLURM_JOB_USER": USER, "SLURM_JOB_UID": str(pw.pw_uid), "SLURM_JOB_ID": "777",
+           "SLURMD_NODENAME": "bench-node", "SLURM_CONF": "/nonexistent/slurm.conf"}
+    strays = []
+
+    def job_start():
+        subprocess.run([str(conf / "prolog.sh")], env=env, check=True)
+        strays.append(subprocess.Popen(["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups",
+                                        "sleep", "600"], start_new_session=True))
+        residue = Path(f"/tmp/{USER}-residue")
+        residue.write_text("x")
+        os.chown(residue, pw.pw_uid, pw.pw_gid)
+        time.sleep(0.02)
+
+    ours = timed([str(conf / "epilog.sh")], env, runs, before=job_start)
+    log = (sandbox / "epilog.log").read_text().splitlines()
+    decisions = [line for line in log if "epilog.sh job=777" in line and "start;" in line]
+    node_local = sum("other jobs of this user on this node: no (node-local" in line for line in decisions)
+    killed = sum(p.wait(timeout=5) < 0 for p in strays)
+
+    execs = None
+    if shutil.which("strace"):
+        job_start()
+        trace = sandbox / "trace"
+        subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-o", str(trace), str(conf / "epilog.sh")], env=env)
+        names = [line.split('"')[1].rsplit("/", 1)[-1] for line in trace.read_text().splitlines()
+                 if "execve(" in line and "= 0" in line]
+        execs = {"count": len(names), "programs": sorted(set(names)),
+                 "controller_rpcs": sum(n in ("squeue", "scontrol", "sinfo") for n in names)}
+
+    # Baseline 1: the seed's pre-fix parts in a run-parts loop.
+    seed = sandbox / "seed"
+    (seed / "epilog.d").mkdir(parents=True)
+    shutil.copy(conf / "localusers.backup", seed / "localusers.backup")
+    for name, body in SEED_PARTS.items():
+        (seed / "epilog.d" / name).write_text(body)
+        os.chmod(seed / "epilog.d" / name, 0o755)
+    (seed / "epilog.sh").write_text(SEED_RUNNER)
+    os.chmod(seed / "epilog.sh", 0o755)
+    seed_env = {**env, "CONF": str(seed), "ALLOW": str(sandbox / "localusers")}
+    seed_samples = timed([str(seed / "epilog.sh")], seed_env, runs, before=job_start)
+    for p in strays:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+    # Baseline 2: the process floor.
+    floor = timed(["/bin/bash", "-c", ":"], env, runs)
+    return {"ours": stats(ours), "seed_prefix_chain": stats(seed_samples), "bash_floor": stats(floor),
+            "node_local_decisions": f"{node_local}/{len(decisions)}", "strays_killed": f"{killed}/{runs}",
+            "execs_per_job_end": execs, "tmp_entries": len(os.listdir("/tmp"))}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--inner", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inner:
+        print(json.dumps(inner(Path(args.inner), args.runs)))
+        return
+    if os.geteuid() != 0:
+        sys.exit("run as root: the epilog runs as root")
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        sh("useradd", "--create-home", USER)
+    sandbox = Path(tempfile.mkdtemp(prefix="epilog-bench-", dir="/var/tmp"))
+    try:
+        lay_down(sandbox)
+        out = sh("unshare", "--mount", "--propagation", "private", sys.executable, __file__,
+                 "--runs", str(args.runs), "--inner", str(sandbox)).stdout
+        result = json.loads(out.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(sandbox, ignore_errors=True)
+    ours, seed, floor = result["ours"], result["seed_prefix_chain"], result["bash_floor"]
+    print(f"epilog chain, ordinary job end on an idle node ({ours['runs']} runs, /tmp with {result['tmp_entries']} entries)")
+    print(f"  {'':32} {'median':>9} {'p90':>9} {'min':>9}")
+    for name, s in (("this formula's epilog.sh", ours), ("seed's pre-fix chain (baseline)", seed), ("bash -c : (process floor)", floor)):
+        print(f"  {name:32} {s['median_ms']:>7.2f}ms {s['p90_ms']:>7.2f}ms {s['min_ms']:>7.2f}ms")
+    print(f"  ratio ours/seed median: {ours['median_ms'] / seed['median_ms']:.2f}x; "
+          f"target <= 30 ms median: {'met' if ours['median_ms'] <= 30 else 'NOT met'}")
+    print(f"  decisions answered node-locally: {result['node_local_decisions']}; strays killed: {result['strays_killed']}")
+    if result["execs_per_job_end"]:
+        e = result["execs_per_job_end"]
+        print(f"  execs per job end: {e['count']} ({', '.join(e['programs'])}); controller RPC commands: {e['controller_rpcs']}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
