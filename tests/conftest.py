@@ -1,7 +1,9 @@
 """Session fixtures: real accounts, a salt-call minion configured by
 pytest-salt-factories, and the chain laid down by the real state."""
 import logging
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,15 @@ def accounts():
 
 
 @pytest.fixture(scope="session")
+def salt_factories_default_root_dir():
+    """Salt's test roots live under /var/tmp, not /tmp: the sweep tests run
+    salt-call in a mount namespace whose /tmp is a fresh tmpfs."""
+    root = Path(tempfile.mkdtemp(prefix="epilog-salt-", dir="/var/tmp"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
 def salt_minion(salt_factories):
     """A minion config (file_client: local) that serves this repo's salt/ and
     pillar/ trees and loads _modules/ from the repo root. Never started: the
@@ -35,7 +46,7 @@ def salt_minion(salt_factories):
         "slurm-work-test",
         overrides={
             "file_client": "local",
-            "file_roots": {"base": [str(REPO / "salt")]},
+            "file_roots": {"base": [str(REPO / "salt"), str(REPO)]},
             "pillar_roots": {"base": [str(REPO / "pillar")]},
             "module_dirs": [str(REPO)],
             # salt-call's own log lines stay out of the pytest process.

@@ -191,7 +191,9 @@ class SaltCall:
         ]
         if pillar is not None:
             cmd.append("pillar=" + json.dumps(pillar))
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        # cwd=/ so that the repo's Saltfile (for operators) does not override
+        # this minion's config.
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd="/")
         try:
             data = json.loads(proc.stdout)["local"] if proc.stdout.strip() else None
         except (ValueError, KeyError):

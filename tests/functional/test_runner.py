@@ -45,7 +45,7 @@ def test_runner_runs_parts_in_ascending_order_and_only_run_parts_names(own_chain
 
 
 def test_a_hanging_part_is_stopped_and_the_chain_goes_on(own_chain):
-    c = own_chain(part_timeout=1)
+    c = own_chain(part_timeout=2, sweep_budget=1)
     add_part(c, "30-hang", "sleep 120")
     proc = stray("alice")
     try:

@@ -14,9 +14,11 @@ from tests.helpers import REPO, Chain, require_tools
 SCRIPTS = [
     "epilog.sh", "prolog.sh",
     "epilog.d/40-lastuserjob-processes", "epilog.d/41-lastuserjob-ssh", "epilog.d/42-lastuserjob-cleanup",
-    "prolog.d/50-exclusive-ssh",
+    "epilog.d/45-stale-x-display", "prolog.d/50-exclusive-ssh",
 ]
-STATE_COUNT = 9  # 2 directories, localusers.backup, 6 scripts
+# 2 directories, localusers.backup, 7 scripts, epilog_sweep.py, python3 package
+STATE_COUNT = 12
+ALREADY_THERE = {"epilog-sweep-python3-pkg-installed"}  # a package is never "pending" on a node that has it
 
 
 def sandbox(tmp_path):
@@ -33,7 +35,7 @@ def test_preview_lays_down_nothing_and_predicts_what_apply_changes(salt_call, tm
     applied = salt_call("state.apply", "epilog", pillar=c.pillar())
     assert applied.returncode == 0, applied
     changed = {sid for sid, s in applied.states.items() if s["result"] is True and s["changes"]}
-    assert pending == changed and len(changed) == STATE_COUNT
+    assert pending == changed and len(changed) == STATE_COUNT - len(ALREADY_THERE)
     for script in SCRIPTS:
         assert (c.conf_dir / script).is_file()
 
@@ -102,6 +104,14 @@ def test_rendered_scripts_are_shellcheck_clean(salt_call, tmp_path):
     assert ret.returncode == 0, ret.stdout
 
 
+def test_sweep_file_is_the_execution_module_verbatim(salt_call, tmp_path):
+    """Part 45 and epilog.sweep run one implementation: the state lays the
+    module down as epilog_sweep.py, byte for byte."""
+    c = sandbox(tmp_path)
+    assert salt_call("state.apply", "epilog", pillar=c.pillar()).returncode == 0
+    assert (c.conf_dir / "epilog_sweep.py").read_bytes() == (REPO / "_modules/epilog.py").read_bytes()
+
+
 def test_localusers_backup_is_exactly_the_pillar_list(salt_call, tmp_path):
     c = sandbox(tmp_path)
     users = ["root", "je.kim", "s.shin", "alice-admin", "alice.b", "-v", "op@site"]
@@ -146,6 +156,11 @@ def test_bad_localusers_entry_fails_the_state_naming_it_and_lays_down_nothing(sa
     ("slurmd_spool_dir", "/var/lib/slurm d", "epilog:slurmd_spool_dir"),
     ("part_timeout", "30", "epilog:part_timeout ('30') must be a whole number of seconds"),
     ("part_timeout", 0, "epilog:part_timeout (0) must be a whole number"),
+    ("scratch_patterns", "slurm{jobid}*", "epilog:scratch_patterns must be a list of patterns"),
+    ("scratch_patterns", ["slurm*"], "epilog:scratch_patterns[0] ('slurm*') must hold {jobid} once"),
+    ("scratch_patterns", ["../x{jobid}"], "epilog:scratch_patterns[0] ('../x{jobid}') must hold {jobid}"),
+    ("scratch_patterns", ["$(id){jobid}"], "epilog:scratch_patterns[0]"),
+    ("sweep_budget", 30, "epilog:sweep_budget (30) must be below epilog:part_timeout (30)"),
 ])
 def test_bad_setting_fails_the_state_naming_it(salt_call, tmp_path, key, value, message):
     c = sandbox(tmp_path)

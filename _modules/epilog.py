@@ -1,0 +1,645 @@
+"""
+The epilog formula's execution module, and the residue sweep its epilog part
+runs.
+
+This one file is both:
+
+* the Salt execution module ``epilog`` (``salt-call epilog.sweep``), synced
+  from ``_modules/``;
+* the standalone script the state lays down as
+  ``{slurm_config_dir}/epilog_sweep.py``, which the epilog part
+  ``45-stale-x-display`` runs at every job end with the system python3 and no
+  Salt (a stopped minion must not stop cleanup).
+
+So the part and the module share one decision table and cannot drift.
+
+The sweep removes what crashed X/VNC servers and Cadence clients leave in
+/tmp, and the ending job's scratch, but only what no live process holds:
+
+==============================================  ==========================
+residue                                         action
+==============================================  ==========================
+orphan socket /tmp/.X11-unix/X<N>: not bound    remove
+socket held: bound in a socket table            keep
+orphan socket whose lock's pid is alive         keep both
+stale lock /tmp/.X<N>-lock: pid dead, no socket remove
+/tmp/clsbd.<user>.<pid>, pid alive              keep
+/tmp/clsbd.<user>.<pid>, pid dead               remove
+malformed lock content or name                  keep, and report it
+unknown: cannot tell whether held               keep
+/tmp entry matching scratch_patterns for job    remove (only that job's)
+==============================================  ==========================
+
+Safety as root in a world-writable /tmp: /tmp/.X11-unix must be a real
+directory owned by root; every entry is checked with lstat and never followed;
+removal is relative to an open directory handle and re-checks the inode; it
+never leaves /tmp, never opens a FIFO, and stops when its time budget runs out.
+"""
+
+import argparse
+import json
+import os
+import re
+import socket
+import stat
+import sys
+import time
+
+try:  # under Salt
+    from salt.exceptions import CommandExecutionError
+except ImportError:  # the standalone epilog part: no Salt on the path
+
+    class CommandExecutionError(Exception):
+        """The sweep itself could not run."""
+
+
+__virtualname__ = "epilog"
+
+TMP = "/tmp"
+X11_DIR = ".X11-unix"
+LOG_TAG = "slurm-epilog"
+
+# Mirrors salt/epilog/defaults.yaml (a test keeps the two equal); the pillar
+# overrides each key.
+DEFAULTS = {
+    "log_file": "/var/log/slurm/epilog.log",
+    "scratch_patterns": ["slurm{jobid}*", "vcs*{jobid}*"],
+    "sweep_budget": 10,
+}
+
+KINDS = ("x_socket", "x_lock", "clsbd", "scratch")
+X_SOCKET_NAME = re.compile(r"X(0|[1-9][0-9]{0,4})\Z")
+X_LOCK_NAME = re.compile(r"\.X(0|[1-9][0-9]{0,4})-lock\Z")
+X_LOCK_LIKE = re.compile(r"\.X.*-lock\Z", re.S)
+CLSBD_NAME = re.compile(r"clsbd\.(.+)\.([0-9]+)\Z", re.S)
+# An X server writes its pid as "%10d\n": exactly 11 bytes.
+LOCK_CONTENT = re.compile(rb" *([0-9]{1,10})\n\Z")
+PATTERN_OK = re.compile(r"[A-Za-z0-9._*?-]*\{jobid\}[A-Za-z0-9._*?-]*\Z")
+
+
+def __virtual__():
+    if sys.platform.startswith("linux"):
+        return __virtualname__
+    return (False, "the epilog module needs Linux (/proc and /tmp/.X11-unix)")
+
+
+def _show(name):
+    """A path for reports and logs: any byte shown, newlines escaped."""
+    text = os.fsencode(name).decode("utf-8", "backslashreplace")
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+
+
+class _Log:
+    """Best-effort log: one line to the log file, one datagram to /dev/log.
+    Never raises and never blocks (the syslog socket is non-blocking)."""
+
+    def __init__(self, log_file, source, job=None, user=None):
+        self.log_file = log_file
+        self.prefix = f"{source} job={job or 'none'} user={user or 'none'}: "
+
+    def __call__(self, level, message):
+        line = self.prefix + message
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        if self.log_file:
+            try:
+                fd = os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+                try:
+                    os.write(fd, f"{stamp} {level} {line}\n".encode("utf-8", "backslashreplace"))
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass
+        priority = 3 * 8 + (4 if level == "warning" else 6)  # facility daemon
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+                sock.setblocking(False)
+                sock.sendto(f"<{priority}>{LOG_TAG}: {line}".encode("utf-8", "backslashreplace"), "/dev/log")
+        except OSError:
+            pass
+
+
+class _Budget(Exception):
+    """The time budget ran out."""
+
+
+class _Sweep:
+    def __init__(self, test, job, patterns, budget, log):
+        self.test = test
+        self.job = job
+        self.patterns = patterns
+        self.deadline = time.monotonic() + budget
+        self.budget = budget
+        self.log = log
+        self.report = {
+            "test": test,
+            "job": job,
+            "removed": [],
+            "would_remove": [],
+            "kept": [],
+            "errors": [],
+            "skipped": [],
+            "counts": {kind: {"removed": 0, "kept": 0} for kind in KINDS},
+            "budget_exhausted": False,
+            "left": 0,
+        }
+        self._candidates = []
+        self._decided = set()
+        self._alive = {}
+        self._holders = None
+
+    # -- bookkeeping -------------------------------------------------------
+    def keep(self, kind, path, reason):
+        self._decided.add(path)
+        self.report["kept"].append({"path": _show(path), "kind": kind, "reason": reason})
+        self.report["counts"][kind]["kept"] += 1
+
+    def error(self, path, message):
+        self._decided.add(path)
+        self.report["errors"].append(f"{_show(path)}: {message}")
+        self.log("warning", f"sweep error: {_show(path)}: {message}")
+
+    def check_budget(self):
+        if time.monotonic() > self.deadline:
+            raise _Budget()
+
+    # -- facts about processes -------------------------------------------
+    def alive(self, pid):
+        """pid is a live (not zombie) process; False for 0 and out of range."""
+        if pid in self._alive:
+            return self._alive[pid]
+        result = False
+        if pid > 0:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as handle:
+                    result = handle.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+            except (OSError, IndexError):
+                # No /proc entry: ask the kernel. Only "no such process" is
+                # dead; anything else (a zombie, no rights) counts as alive.
+                try:
+                    os.kill(pid, 0)
+                    result = True
+                except ProcessLookupError:
+                    result = False
+                except OSError:
+                    result = True
+        self._alive[pid] = result
+        return result
+
+    @staticmethod
+    def comm(pid):
+        try:
+            with open(f"/proc/{pid}/comm", "rb") as handle:
+                return handle.read().strip().decode("utf-8", "backslashreplace")
+        except OSError:
+            return "?"
+
+    @staticmethod
+    def pid_max():
+        try:
+            with open("/proc/sys/kernel/pid_max", "rb") as handle:
+                return int(handle.read())
+        except (OSError, ValueError):
+            return 4194304
+
+    def bound_x_sockets(self):
+        """{display: socket inode} for /tmp/.X11-unix/X<N> paths bound in any
+        network namespace's unix socket table: one pass over /proc to find
+        the namespaces, one read of each table. None when no table is readable
+        (then nothing can be called an orphan)."""
+        tables = {}
+        try:
+            pids = [entry.name for entry in os.scandir("/proc") if entry.name.isdigit()]
+        except OSError:
+            pids = []
+        for pid in pids:
+            try:
+                netns = os.readlink(f"/proc/{pid}/ns/net")
+            except OSError:
+                continue
+            tables.setdefault(netns, f"/proc/{pid}/net/unix")
+        sources = list(tables.values()) or ["/proc/net/unix"]
+        bound, read_any = {}, False
+        prefix = f"{TMP}/{X11_DIR}/X"
+        for source in sources:
+            try:
+                with open(source, "rb") as handle:
+                    lines = handle.read().decode("utf-8", "surrogateescape").splitlines()[1:]
+            except OSError:
+                continue
+            read_any = True
+            for line in lines:
+                fields = line.split(None, 7)
+                if len(fields) == 8 and fields[7].startswith(prefix):
+                    match = X_SOCKET_NAME.match(fields[7][len(prefix) - 1:])
+                    if match:
+                        bound.setdefault(int(match.group(1)), int(fields[6]))
+        return bound if read_any else None
+
+    def holders(self, inodes):
+        """{socket inode: (pid, comm)}: one pass over /proc/*/fd, done only
+        when some X socket is held, to name who holds it."""
+        wanted = {f"socket:[{inode}]": inode for inode in inodes}
+        found = {}
+        try:
+            pids = [entry.name for entry in os.scandir("/proc") if entry.name.isdigit()]
+        except OSError:
+            return found
+        for pid in pids:
+            if len(found) == len(wanted) or time.monotonic() > self.deadline:
+                break
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                inode = wanted.get(target)
+                if inode is not None and inode not in found:
+                    found[inode] = (int(pid), self.comm(pid))
+        return found
+
+    # -- removal -----------------------------------------------------------
+    def remove(self, kind, dir_fd, name, path, expect):
+        """Unlink NAME relative to DIR_FD if it is still the entry we judged."""
+        self.check_budget()
+        self._decided.add(path)
+        if self.test:
+            self.report["would_remove"].append(_show(path))
+            self.report["counts"][kind]["removed"] += 1
+            return True
+        try:
+            now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if (now.st_ino, now.st_dev, stat.S_IFMT(now.st_mode)) != (
+                expect.st_ino, expect.st_dev, stat.S_IFMT(expect.st_mode)):
+                self.keep(kind, path, "changed while the sweep ran")
+                return False
+            if stat.S_ISDIR(now.st_mode):
+                self._rmtree_at(dir_fd, name, now.st_dev)
+            else:
+                os.unlink(name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return False
+        except (OSError, RecursionError) as exc:
+            self.error(path, f"could not remove: {exc}")
+            return False
+        self.report["removed"].append(_show(path))
+        self.report["counts"][kind]["removed"] += 1
+        return True
+
+    def _rmtree_at(self, parent_fd, name, dev):
+        """Remove a directory tree relative to PARENT_FD: never follows a
+        symlink, never crosses into another file system."""
+        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(name, dir_fd=parent_fd)
+            return
+        if st.st_dev != dev:
+            raise OSError(f"{_show(name)} is on another file system")
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+        try:
+            if not os.path.samestat(st, os.fstat(fd)):
+                raise OSError(f"{_show(name)} changed while the sweep ran")
+            for entry in os.scandir(fd):
+                self.check_budget()
+                self._rmtree_at(fd, entry.name, dev)
+        finally:
+            os.close(fd)
+        os.rmdir(name, dir_fd=parent_fd)
+
+    # -- the decision table ------------------------------------------------
+    def read_lock(self, tmp_fd, name, st):
+        """(pid, None) for a well-formed lock, (None, why) otherwise. Opens
+        only a regular file, non-blocking and without following a symlink."""
+        if not stat.S_ISREG(st.st_mode):
+            return None, f"not a regular file ({_kind_of(st)})"
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=tmp_fd)
+        except OSError as exc:
+            return None, f"unreadable ({exc.strerror})"
+        try:
+            if not os.path.samestat(st, os.fstat(fd)):
+                return None, "changed while the sweep ran"
+            data = os.read(fd, 64)
+        except OSError as exc:
+            return None, f"unreadable ({exc.strerror})"
+        finally:
+            os.close(fd)
+        match = LOCK_CONTENT.match(data)
+        if not match:
+            return None, f"malformed content {data[:16]!r} ({len(data)} bytes)"
+        pid = int(match.group(1))
+        if pid < 1 or pid > self.pid_max():
+            return None, f"malformed content: pid {pid} out of range"
+        return pid, None
+
+    def run(self):
+        try:
+            tmp_fd = os.open(TMP, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise CommandExecutionError(f"cannot open {TMP}: {exc.strerror}") from exc
+        started = time.monotonic()
+        try:
+            try:
+                names = os.listdir(tmp_fd)
+            except OSError as exc:
+                raise CommandExecutionError(f"cannot list {TMP}: {exc.strerror}") from exc
+            self._sweep(tmp_fd, names)
+        except _Budget:
+            self.report["budget_exhausted"] = True
+            self.report["left"] = sum(path not in self._decided for path in self._candidates)
+            self.log("warning", f"sweep budget of {self.budget}s exhausted; {self.report['left']} entries left for the next job end")
+        finally:
+            os.close(tmp_fd)
+        self.report["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
+        return self.report
+
+    def _sweep(self, tmp_fd, names):
+        locks, clsbd, scratch = {}, [], []
+        scratch_res = [_scratch_regex(p, self.job) for p in self.patterns] if self.job else []
+        for name in names:
+            if X_LOCK_LIKE.match(name):
+                match = X_LOCK_NAME.match(name)
+                if match:
+                    locks[int(match.group(1))] = name
+                else:
+                    self.keep("x_lock", f"{TMP}/{name}", "malformed lock name")
+            elif name.startswith("clsbd."):
+                clsbd.append(name)
+            elif any(regex.match(name) for regex in scratch_res):
+                scratch.append(name)
+        sockets, x_fd = self._x11_entries(tmp_fd)
+        self._candidates = ([f"{TMP}/{X11_DIR}/{name}" for name, _ in sockets.values()]
+                            + [f"{TMP}/{name}" for name in list(locks.values()) + clsbd + scratch])
+        try:
+            self._displays(tmp_fd, x_fd, sockets, locks)
+            for name in clsbd:
+                self._clsbd(tmp_fd, name)
+            for name in scratch:
+                path = f"{TMP}/{name}"
+                try:
+                    st = os.stat(name, dir_fd=tmp_fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if self.remove("scratch", tmp_fd, name, path, st):
+                    self.log("info", f"{'would purge' if self.test else 'job scratch purged'}: {_show(path)}")
+        finally:
+            if x_fd is not None:
+                os.close(x_fd)
+
+    def _x11_entries(self, tmp_fd):
+        """{display: (name, lstat)} of the sockets in /tmp/.X11-unix, and an
+        open handle on it; ({}, None) when it is absent or not safe."""
+        path = f"{TMP}/{X11_DIR}"
+        try:
+            st = os.stat(X11_DIR, dir_fd=tmp_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return {}, None
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
+            why = f"not a real directory ({_kind_of(st)})" if not stat.S_ISDIR(st.st_mode) else f"owned by uid {st.st_uid}, not root"
+            self.report["skipped"].append(f"{path}: {why}; its entries are left alone")
+            self.log("warning", f"sweep skipped {path}: {why}")
+            return {}, None
+        try:
+            x_fd = os.open(X11_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=tmp_fd)
+        except OSError as exc:
+            self.report["skipped"].append(f"{path}: cannot open ({exc.strerror})")
+            return {}, None
+        if not os.path.samestat(st, os.fstat(x_fd)):
+            os.close(x_fd)
+            self.report["skipped"].append(f"{path}: changed while the sweep ran")
+            return {}, None
+        sockets = {}
+        for name in os.listdir(x_fd):
+            entry_path = f"{path}/{name}"
+            match = X_SOCKET_NAME.match(name)
+            if not match:
+                self.keep("x_socket", entry_path, "malformed name")
+                continue
+            try:
+                entry = os.stat(name, dir_fd=x_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISSOCK(entry.st_mode):
+                self.keep("x_socket", entry_path, f"not a socket ({_kind_of(entry)})")
+                continue
+            sockets[int(match.group(1))] = (name, entry)
+        return sockets, x_fd
+
+    def _displays(self, tmp_fd, x_fd, sockets, locks):
+        bound = self.bound_x_sockets() if sockets else {}
+        held = {n: bound[n] for n in sockets if bound and n in bound}
+        holders = self.holders(held.values()) if held else {}
+        for display in sorted(set(sockets) | set(locks)):
+            self.check_budget()
+            lock_name = locks.get(display)
+            lock_pid, lock_problem, lock_st = None, None, None
+            if lock_name:
+                lock_path = f"{TMP}/{lock_name}"
+                try:
+                    lock_st = os.stat(lock_name, dir_fd=tmp_fd, follow_symlinks=False)
+                    lock_pid, lock_problem = self.read_lock(tmp_fd, lock_name, lock_st)
+                except FileNotFoundError:
+                    lock_name = None
+            sock = sockets.get(display)
+            sock_path = f"{TMP}/{X11_DIR}/X{display}"
+            purged = False
+            if sock:
+                if bound is None:
+                    reason = "unknown: no socket table readable, cannot tell whether held"
+                    self.keep("x_socket", sock_path, reason)
+                    if lock_name:
+                        self.keep("x_lock", lock_path, reason)
+                    continue
+                if display in held:
+                    pid_comm = holders.get(held[display])
+                    reason = (f"held by pid {pid_comm[0]} ({pid_comm[1]})" if pid_comm
+                              else f"held: bound in the socket table (inode {held[display]})")
+                    self.keep("x_socket", sock_path, reason)
+                    if lock_name:
+                        self.keep("x_lock", lock_path, f"its socket is {reason}")
+                    continue
+                if lock_name and lock_problem:
+                    self.keep("x_socket", sock_path, f"its lock is {lock_problem}; cannot tell whether the display is in use")
+                    self.keep("x_lock", lock_path, lock_problem)
+                    self.log("warning", f"kept display :{display}: lock {_show(lock_path)} is {lock_problem}")
+                    continue
+                if lock_name and self.alive(lock_pid):
+                    reason = f"lock pid {lock_pid} alive ({self.comm(lock_pid)})"
+                    self.keep("x_socket", sock_path, f"orphan socket, but {reason}")
+                    self.keep("x_lock", lock_path, reason)
+                    continue
+                purged = self.remove("x_socket", x_fd, sock[0], sock_path, sock[1])
+                if lock_name:
+                    purged = self.remove("x_lock", tmp_fd, lock_name, lock_path, lock_st) or purged
+            elif lock_name:
+                if lock_problem:
+                    self.keep("x_lock", lock_path, lock_problem)
+                    self.log("warning", f"kept {_show(lock_path)}: {lock_problem}")
+                    continue
+                if self.alive(lock_pid):
+                    self.keep("x_lock", lock_path, f"lock pid {lock_pid} alive ({self.comm(lock_pid)})")
+                    continue
+                purged = self.remove("x_lock", tmp_fd, lock_name, lock_path, lock_st)
+            if purged:
+                self.log("info", f"{'would purge stale X display' if self.test else 'stale X display purged'}: :{display}")
+
+    def _clsbd(self, tmp_fd, name):
+        self.check_budget()
+        path = f"{TMP}/{name}"
+        match = CLSBD_NAME.match(name)
+        if not match:
+            self.keep("clsbd", path, "malformed name (expected clsbd.<user>.<pid>)")
+            return
+        try:
+            st = os.stat(name, dir_fd=tmp_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
+            self.keep("clsbd", path, f"not a regular file or socket ({_kind_of(st)})")
+            return
+        pid = int(match.group(2)) if len(match.group(2)) <= 10 else 0
+        if pid < 1 or pid > self.pid_max():
+            self.keep("clsbd", path, f"malformed name: pid {match.group(2)[:12]} out of range")
+            return
+        if self.alive(pid):
+            self.keep("clsbd", path, f"pid {pid} alive ({self.comm(pid)})")
+            return
+        if self.remove("clsbd", tmp_fd, name, path, st):
+            self.log("info", f"{'would purge stale clsbd' if self.test else 'stale clsbd purged'}: {_show(path)}")
+
+
+def _kind_of(st):
+    mode = st.st_mode
+    for test, word in ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return word
+    return "unknown type"
+
+
+def _scratch_regex(pattern, job):
+    """slurm{jobid}* for job 12 matches slurm12.x but not slurm123 (another job)."""
+    head, tail = pattern.split("{jobid}", 1)
+
+    def glob(chunk):
+        return re.escape(chunk).replace(r"\*", ".*").replace(r"\?", ".")
+
+    return re.compile(glob(head) + r"(?<![0-9])" + re.escape(job) + r"(?![0-9])" + glob(tail) + r"\Z", re.S)
+
+
+def _check_args(job, patterns, budget):
+    if job is not None:
+        job = str(job)
+        if not job.isdigit():
+            raise CommandExecutionError(f"job must be a numeric Slurm job id, got {job!r}")
+    for pattern in patterns:
+        if not isinstance(pattern, str) or not PATTERN_OK.match(pattern):
+            raise CommandExecutionError(
+                f"scratch pattern {pattern!r} must hold {{jobid}} once and only letters, digits and . _ - * ?")
+    try:
+        budget = float(budget)
+    except (TypeError, ValueError) as exc:
+        raise CommandExecutionError(f"budget must be a number of seconds, got {budget!r}") from exc
+    if not 0 < budget <= 3600:
+        raise CommandExecutionError(f"budget must be between 0 and 3600 seconds, got {budget}")
+    return job, list(patterns), budget
+
+
+def run_sweep(test=False, job=None, patterns=(), budget=10, log_file=None, source="epilog.sweep", user=None):
+    """The sweep, as both callers run it. Returns the report dict; raises
+    CommandExecutionError when the sweep itself cannot run."""
+    job, patterns, budget = _check_args(job, patterns, budget)
+    log = _Log(log_file, source, job=job, user=user)
+    return _Sweep(bool(test), job, patterns, budget, log).run()
+
+
+# -- Salt ---------------------------------------------------------------------
+def _settings():
+    # Salt 3008 masks pillar values handed to modules unless asked not to.
+    pillar = __salt__["pillar.get"]("epilog", {}, unmask=True)  # noqa: F821 - a Salt dunder
+    settings = dict(DEFAULTS)
+    lookup = pillar.get("lookup", {}) if isinstance(pillar, dict) else {}
+    for source in (lookup, pillar if isinstance(pillar, dict) else {}):
+        settings.update({key: source[key] for key in DEFAULTS if key in source})
+    return settings
+
+
+def sweep(test=None, job=None, budget=None):
+    """
+    Sweep /tmp for residue of crashed X/VNC servers and Cadence clients
+    (orphan /tmp/.X11-unix/X<N> sockets, stale /tmp/.X<N>-lock files, dead
+    /tmp/clsbd.<user>.<pid> files) and, with ``job``, that job's scratch
+    (``epilog:scratch_patterns``). Removes only what no live process holds.
+
+    Returns a report: ``removed`` (or, with ``test=True``, ``would_remove``),
+    ``kept`` with a reason for each path, ``errors``, ``skipped`` and
+    ``counts`` per kind. Raises an error (exit code 1) only when the sweep
+    itself cannot run.
+
+    test
+        Report what would be removed and remove nothing. Defaults to the
+        minion's ``test`` option.
+
+    job
+        A Slurm job id: also remove that job's scratch entries.
+
+    budget
+        Seconds the sweep may take (default ``epilog:sweep_budget``).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-call epilog.sweep
+        salt '*' epilog.sweep test=True
+        salt '*' epilog.sweep job=1234
+    """
+    if test is None:
+        test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
+    settings = _settings()
+    return run_sweep(
+        test=test, job=job, patterns=settings["scratch_patterns"],
+        budget=settings["sweep_budget"] if budget is None else budget,
+        log_file=settings["log_file"], source="epilog.sweep",
+    )
+
+
+# -- the epilog part: python3 epilog_sweep.py sweep ... -------------------------
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="epilog_sweep.py", description="The epilog formula's residue sweep.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    cmd = sub.add_parser("sweep", help="sweep /tmp for X display, clsbd and job scratch residue")
+    cmd.add_argument("--test", action="store_true", help="report, remove nothing")
+    cmd.add_argument("--job", help="the ending job's id: also remove its scratch")
+    cmd.add_argument("--pattern", action="append", default=[], help="a scratch pattern holding {jobid}")
+    cmd.add_argument("--budget", default=DEFAULTS["sweep_budget"], help="seconds the sweep may take")
+    cmd.add_argument("--log-file", default=None)
+    cmd.add_argument("--user", default=None, help="the job's user, for log lines")
+    cmd.add_argument("--part", action="store_true", help="run as the epilog part: always exit 0")
+    cmd.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    try:
+        report = run_sweep(test=args.test, job=args.job or None, patterns=args.pattern, budget=args.budget,
+                           log_file=args.log_file, source="45-stale-x-display" if args.part else "epilog_sweep.py",
+                           user=args.user)
+    except CommandExecutionError as exc:
+        _Log(args.log_file, "45-stale-x-display" if args.part else "epilog_sweep.py", args.job, args.user)(
+            "warning", f"sweep could not run: {exc}")
+        print(f"epilog_sweep.py: {exc}", file=sys.stderr)
+        return 0 if args.part else 1
+    except Exception as exc:  # the part must never fail the epilog  # pylint: disable=broad-except
+        if not args.part:
+            raise
+        _Log(args.log_file, "45-stale-x-display", args.job, args.user)("warning", f"sweep failed: {exc!r}")
+        return 0
+    if args.json:
+        print(json.dumps(report, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""epilog.sweep through a real salt-call, on residue from real X servers, in a
+private mount namespace with its own tmpfs /tmp (the host's /tmp is never
+swept by these tests). The same scenario table runs at a real Slurm job end
+in tests/integration/test_sweep_job_end.py."""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests import sweep_scenarios as sc
+from tests.helpers import REPO, SaltCall, require_tools
+
+
+@pytest.fixture
+def site():
+    """A mount namespace whose /tmp is a fresh tmpfs, with /tmp/.X11-unix
+    root:root 1777 as systemd-tmpfiles makes it at boot."""
+    require_tools("unshare", "nsenter", "Xvfb")
+    holder = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         "mount -t tmpfs -o mode=1777 sweep-tmp /tmp && mkdir -m 1777 /tmp/.X11-unix && echo ready && exec sleep 86400"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert holder.stdout.readline().strip() == "ready"
+    s = sc.Site(root=f"/proc/{holder.pid}/root", prefix=["nsenter", f"--target={holder.pid}", "--mount"])
+    yield s
+    s.cleanup()
+    holder.kill()
+    holder.wait()
+
+
+@pytest.fixture(scope="module")
+def sweeper(salt_factories):
+    """A minion whose pillar sends the sweep's log lines to a file of its own."""
+    base = Path(tempfile.mkdtemp(prefix="epilog-sweep-", dir="/var/tmp"))
+    (base / "pillar").mkdir()
+    (base / "pillar/top.sls").write_text("base:\n  '*':\n    - epilog\n")
+    (base / "pillar/epilog.sls").write_text(f"epilog:\n  log_file: {base}/epilog.log\n")
+    minion = salt_factories.salt_minion_daemon(
+        "sweep-test",
+        overrides={
+            "file_client": "local",
+            "file_roots": {"base": [str(REPO / "salt"), str(REPO)]},
+            "pillar_roots": {"base": [str(base / "pillar")]},
+            "module_dirs": [str(REPO)],
+            "pytest-minion": {"log": {"disabled": True}},
+        },
+    )
+    call = SaltCall(minion.config_dir)
+    call.log_file = base / "epilog.log"
+    call.config_dir_path = minion.config_dir
+    yield call
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def sweep(sweeper, site, *args):
+    ret = sweeper("epilog.sweep", *args, prefix=site.prefix)
+    assert ret.returncode == 0, ret
+    return ret.data
+
+
+@pytest.mark.parametrize("scenario", sc.SCENARIOS, ids=[f.__name__ for f in sc.SCENARIOS])
+def test_sweep_module_follows_the_decision_table(sweeper, accounts, site, scenario):
+    expect = scenario(site)
+    preview = sweep(sweeper, site, "test=True")
+    assert preview["test"] is True and preview["removed"] == []
+    assert set(preview["would_remove"]) == expect.removed
+    for path in expect.removed:
+        assert os.path.lexists(site.path(path)), f"test=True removed {path}"
+    report = sweep(sweeper, site)
+    assert set(report["removed"]) == set(preview["would_remove"]), "test=True must predict the real run"
+    sc.check(site, expect, report, log_text=sweeper.log_file.read_text() if expect.logged else None)
+
+
+def test_sweep_removes_only_the_ending_jobs_scratch(sweeper, accounts, site):
+    expect, others = sc.scratch_of_the_ending_job(site, "4711")
+    report = sweep(sweeper, site, "job=4711")
+    sc.check(site, expect, report)
+    assert report["counts"]["scratch"]["removed"] == 2
+    for path in others:
+        assert site.path(path).exists(), f"{path} belongs to another job"
+
+
+def test_all_rows_at_once_with_counts_per_kind(sweeper, accounts, site):
+    expects = [scenario(site) for scenario in sc.SCENARIOS]
+    report = sweep(sweeper, site)
+    for expect in expects:
+        sc.check(site, expect, report)
+    counts = report["counts"]
+    assert counts["x_socket"] == {"removed": 2, "kept": 3}
+    assert counts["x_lock"] == {"removed": 2, "kept": 3}
+    assert counts["clsbd"] == {"removed": 2, "kept": 1}
+    assert report["errors"] == [] and report["budget_exhausted"] is False
+
+
+def test_salt_call_json_output_is_pure_json(accounts, site, sweeper):
+    sc.orphan_socket_and_stale_lock(site)
+    proc = subprocess.run([*site.prefix, str(REPO / ".venv/bin/salt-call"), f"--config-dir={sweeper.config_dir_path}",
+                           "--local", "--out=json", "epilog.sweep", "test=True"], capture_output=True, text=True, cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert set(data["local"]["would_remove"]) == {"/tmp/.X11-unix/X80", "/tmp/.X80-lock"}
+
+
+def test_sweep_that_cannot_run_exits_non_zero(salt_call):
+    ret = salt_call("epilog.sweep", "job=not-a-number")
+    assert ret.returncode != 0
+    assert "job must be a numeric Slurm job id" in ret.stdout + ret.stderr
+
+
+def test_module_defaults_match_the_formula_defaults():
+    from importlib.util import module_from_spec, spec_from_file_location
+    spec = spec_from_file_location("epilog_module", REPO / "_modules/epilog.py")
+    module = module_from_spec(spec)
+    spec.loader.exec_module(module)
+    defaults = yaml.safe_load((REPO / "salt/epilog/defaults.yaml").read_text())["epilog"]
+    assert module.DEFAULTS == {key: defaults[key] for key in module.DEFAULTS}
