@@ -72,7 +72,7 @@ X_SOCKET_NAME = re.compile(r"X(0|[1-9][0-9]{0,4})\Z")
 X_LOCK_NAME = re.compile(r"\.X(0|[1-9][0-9]{0,4})-lock\Z")
 X_LOCK_LIKE = re.compile(r"\.X.*-lock\Z", re.S)
 CLSBD_NAME = re.compile(r"clsbd\.(.+)\.([0-9]+)\Z", re.S)
-# An X server writes its pid as "%10d\n": exactly 11 bytes.
+# An X server writes its pid as "%10d\n": exactly 11 bytes, nothing else.
 LOCK_CONTENT = re.compile(rb" *([0-9]{1,10})\n\Z")
 PATTERN_OK = re.compile(r"[A-Za-z0-9._*?-]*\{jobid\}[A-Za-z0-9._*?-]*\Z")
 
@@ -327,7 +327,7 @@ class _Sweep:
             return None, f"unreadable ({exc.strerror})"
         finally:
             os.close(fd)
-        match = LOCK_CONTENT.match(data)
+        match = LOCK_CONTENT.match(data) if len(data) == 11 else None
         if not match:
             return None, f"malformed content {data[:16]!r} ({len(data)} bytes)"
         pid = int(match.group(1))

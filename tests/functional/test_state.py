@@ -1,8 +1,6 @@
 """The state `epilog`, applied by a real salt-call (file_client: local) to a
 sandbox slurm_config_dir: preview, idempotence, backups, the bash -n gate,
 ownership and modes, and every bad-pillar case."""
-import json
-import os
 import shutil
 import subprocess
 from pathlib import Path

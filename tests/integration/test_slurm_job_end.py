@@ -6,7 +6,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 
 from tests.helpers import uid_of, wait_for
 

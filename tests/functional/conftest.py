@@ -1,0 +1,53 @@
+"""Fixtures of the sweep tests: a mount namespace with its own /tmp, and a
+minion whose pillar points the sweep's log at a file of its own."""
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests import sweep_scenarios as sc
+from tests.helpers import REPO, SaltCall, require_tools
+
+
+@pytest.fixture
+def site():
+    """A mount namespace whose /tmp is a fresh tmpfs, with /tmp/.X11-unix
+    root:root 1777 as systemd-tmpfiles makes it at boot."""
+    require_tools("unshare", "nsenter", "Xvfb")
+    holder = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         "mount -t tmpfs -o mode=1777 sweep-tmp /tmp && mkdir -m 1777 /tmp/.X11-unix && echo ready && exec sleep 86400"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert holder.stdout.readline().strip() == "ready"
+    s = sc.Site(root=f"/proc/{holder.pid}/root", prefix=["nsenter", f"--target={holder.pid}", "--mount"])
+    yield s
+    s.cleanup()
+    holder.kill()
+    holder.wait()
+
+
+@pytest.fixture(scope="session")
+def sweeper(salt_factories):
+    """A minion whose pillar sends the sweep's log lines to a file of its own."""
+    base = Path(tempfile.mkdtemp(prefix="epilog-sweep-", dir="/var/tmp"))
+    (base / "pillar").mkdir()
+    (base / "pillar/top.sls").write_text("base:\n  '*':\n    - epilog\n")
+    (base / "pillar/epilog.sls").write_text(f"epilog:\n  log_file: {base}/epilog.log\n")
+    minion = salt_factories.salt_minion_daemon(
+        "sweep-test",
+        overrides={
+            "file_client": "local",
+            "file_roots": {"base": [str(REPO / "salt"), str(REPO)]},
+            "pillar_roots": {"base": [str(base / "pillar")]},
+            "module_dirs": [str(REPO)],
+            "pytest-minion": {"log": {"disabled": True}},
+        },
+    )
+    call = SaltCall(minion.config_dir)
+    call.log_file = base / "epilog.log"
+    call.config_dir_path = minion.config_dir
+    yield call
+    shutil.rmtree(base, ignore_errors=True)
