@@ -42,6 +42,7 @@ import os
 import re
 import socket
 import stat
+import subprocess
 import sys
 import time
 
@@ -62,10 +63,18 @@ LOG_TAG = "slurm-epilog"
 # Mirrors salt/epilog/defaults.yaml (a test keeps the two equal); the pillar
 # overrides each key.
 DEFAULTS = {
+    "slurm_config_dir": "/etc/slurm",
+    "localusers": ["root"],
+    "ssh_allow_file": "/etc/localusers",
     "log_file": "/var/log/slurm/epilog.log",
+    "slurmd_spool_dir": "/var/lib/slurm/slurmd",
     "scratch_patterns": ["slurm{jobid}*", "vcs*{jobid}*"],
     "sweep_budget": 10,
+    "squeue_timeout": 5,
 }
+# The PATH every laid-down script sets, and the tools its parts run.
+SCRIPT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+TOOLS = ["bash", "timeout", "grep", "id", "setpriv", "kill", "flock", "cp", "mv", "find", "pgrep", "python3", "logger"]
 
 KINDS = ("x_socket", "x_lock", "clsbd", "scratch")
 X_SOCKET_NAME = re.compile(r"X(0|[1-9][0-9]{0,4})\Z")
@@ -93,11 +102,14 @@ class _Log:
     """Best-effort log: one line to the log file, one datagram to /dev/log.
     Never raises and never blocks (the syslog socket is non-blocking)."""
 
-    def __init__(self, log_file, source, job=None, user=None):
+    def __init__(self, log_file, source, job=None, user=None, enabled=True):
         self.log_file = log_file
         self.prefix = f"{source} job={job or 'none'} user={user or 'none'}: "
+        self.enabled = enabled
 
     def __call__(self, level, message):
+        if not self.enabled:
+            return
         line = self.prefix + message
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         if self.log_file:
@@ -384,7 +396,7 @@ class _Sweep:
                 except FileNotFoundError:
                     continue
                 if self.remove("scratch", tmp_fd, name, path, st):
-                    self.log("info", f"{'would purge' if self.test else 'job scratch purged'}: {_show(path)}")
+                    self.log("info", f"job scratch purged: {_show(path)}")
         finally:
             if x_fd is not None:
                 os.close(x_fd)
@@ -484,7 +496,7 @@ class _Sweep:
                     continue
                 purged = self.remove("x_lock", tmp_fd, lock_name, lock_path, lock_st)
             if purged:
-                self.log("info", f"{'would purge stale X display' if self.test else 'stale X display purged'}: :{display}")
+                self.log("info", f"stale X display purged: :{display}")
 
     def _clsbd(self, tmp_fd, name):
         self.check_budget()
@@ -508,7 +520,7 @@ class _Sweep:
             self.keep("clsbd", path, f"pid {pid} alive ({self.comm(pid)})")
             return
         if self.remove("clsbd", tmp_fd, name, path, st):
-            self.log("info", f"{'would purge stale clsbd' if self.test else 'stale clsbd purged'}: {_show(path)}")
+            self.log("info", f"stale clsbd purged: {_show(path)}")
 
 
 def _kind_of(st):
@@ -553,7 +565,8 @@ def run_sweep(test=False, job=None, patterns=(), budget=10, log_file=None, sourc
     """The sweep, as both callers run it. Returns the report dict; raises
     CommandExecutionError when the sweep itself cannot run."""
     job, patterns, budget = _check_args(job, patterns, budget)
-    log = _Log(log_file, source, job=job, user=user)
+    # A preview (test=True) changes nothing, the log included.
+    log = _Log(log_file, source, job=job, user=user, enabled=not test)
     return _Sweep(bool(test), job, patterns, budget, log).run()
 
 
@@ -606,6 +619,343 @@ def sweep(test=None, job=None, budget=None):
         budget=settings["sweep_budget"] if budget is None else budget,
         log_file=settings["log_file"], source="epilog.sweep",
     )
+
+
+def _managed():
+    """The files and directories the state lays down, read from the state
+    itself (state.show_low_sls), so this list cannot drift from it."""
+    low = __salt__["state.show_low_sls"]("epilog")  # noqa: F821 - a Salt dunder
+    if not isinstance(low, list) or any(not isinstance(chunk, dict) for chunk in low):
+        raise CommandExecutionError(f"the state epilog does not render: {low}")
+    files, dirs = [], []
+    for chunk in low:
+        if chunk.get("state") != "file":
+            continue
+        if chunk.get("fun") == "managed":
+            files.append({
+                "path": chunk["name"],
+                "mode": int(str(chunk.get("mode", "0644")), 8),
+                "script": "bash -n" in str(chunk.get("check_cmd", "")),
+            })
+        elif chunk.get("fun") == "directory":
+            dirs.append(chunk["name"])
+    return files, dirs
+
+
+def _which(tool):
+    for directory in SCRIPT_PATH.split(":"):
+        path = os.path.join(directory, tool)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def _slurm_conf_epilog(settings):
+    """(path of slurm.conf read, {key: value} of Epilog/Prolog), or (None, {})."""
+    candidates = [os.environ.get("SLURM_CONF"), os.path.join(settings["slurm_config_dir"], "slurm.conf"),
+                  "/etc/slurm/slurm.conf"]
+    for path in filter(None, candidates):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        found = {}
+        for line in text.splitlines():
+            for word in line.split("#", 1)[0].split():
+                key, _, value = word.partition("=")
+                if key.lower() in ("epilog", "prolog"):
+                    found[key.lower()] = value
+        return path, found
+    return None, {}
+
+
+def verify():
+    """
+    Check, without changing anything, that the epilog chain on this node is
+    what the state lays down and that it can run:
+
+    - each managed file's content, owner and mode equal what ``state.apply
+      epilog`` would lay down now (a ``test=True`` run of the state);
+    - root owns each file, group and others cannot write it, scripts are
+      executable and pass ``bash -n``;
+    - ``localusers.backup`` is readable and holds exactly the pillar list;
+    - the tools the parts run are on the PATH the parts set;
+    - slurm.conf's ``Epilog=`` points at the laid-down ``epilog.sh``, when
+      slurm.conf is readable.
+
+    Returns ``result`` (True when nothing is wrong), ``problems`` in plain
+    words, each naming its file, ``notes`` and the ``checked`` paths.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt 'slurm-work-*' epilog.verify
+    """
+    problems, notes = [], []
+    settings = _settings()
+    try:
+        files, dirs = _managed()
+    except CommandExecutionError as exc:
+        return {"result": False, "problems": [str(exc)], "notes": notes, "checked": []}
+
+    preview = __salt__["state.sls"]("epilog", test=True)  # noqa: F821 - a Salt dunder
+    if not isinstance(preview, dict):
+        problems.append(f"the state epilog cannot be previewed: {preview}")
+    else:
+        for state in preview.values():
+            name, changes = state.get("name"), state.get("changes") or {}
+            if state.get("result") is False:
+                problems.append(f"{name}: {state.get('comment')}")
+            elif changes:
+                what = "is missing" if "newfile" in changes or "directory" in str(changes.get(name, "")) else \
+                    f"differs from what the state lays down now ({', '.join(sorted(changes))})"
+                if "pkg" in str(state.get("__id__", "")):
+                    what = "is not installed"
+                problems.append(f"{name} {what}")
+
+    for item in files:
+        path = item["path"]
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue  # reported by the preview
+        if not stat.S_ISREG(st.st_mode):
+            problems.append(f"{path} is not a regular file ({_kind_of(st)})")
+            continue
+        if st.st_uid != 0:
+            problems.append(f"{path} is owned by uid {st.st_uid}, not root")
+        if st.st_mode & 0o022:
+            problems.append(f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})")
+        if item["script"]:
+            if not st.st_mode & 0o100:
+                problems.append(f"{path} is not executable")
+            syntax = subprocess.run(["/bin/bash", "-n", path], capture_output=True, text=True, check=False)
+            if syntax.returncode != 0:
+                problems.append(f"{path} fails bash -n: {syntax.stderr.strip()}")
+    for path in dirs:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+            problems.append(f"{path} must be a directory owned by root and not writable by group or others")
+
+    backup = os.path.join(settings["slurm_config_dir"], "localusers.backup")
+    try:
+        with open(backup, encoding="utf-8", errors="strict") as handle:
+            listed = handle.read().splitlines()
+        if listed != list(settings["localusers"]):
+            problems.append(f"{backup} does not hold exactly the pillar's localusers {settings['localusers']}: {listed}")
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(f"{backup} is not readable: {exc}")
+
+    for tool in TOOLS:
+        if not _which(tool):
+            problems.append(f"{tool} is not installed (the parts look in {SCRIPT_PATH})")
+    if not os.access("/proc/net/unix", os.R_OK):
+        problems.append("/proc/net/unix is not readable: the sweep cannot tell whether a socket is held")
+
+    conf, found = _slurm_conf_epilog(settings)
+    epilog_sh = os.path.join(settings["slurm_config_dir"], "epilog.sh")
+    if conf is None:
+        notes.append("slurm.conf is not readable here; Epilog= not checked")
+    elif "epilog" not in found:
+        problems.append(f"{conf} has no Epilog=: the chain never runs (want Epilog={epilog_sh})")
+    elif found["epilog"].endswith("*"):
+        problems.append(f"{conf} has Epilog={found['epilog']}: Slurm runs a glob in reverse order (want Epilog={epilog_sh})")
+    elif os.path.normpath(found["epilog"]) != os.path.normpath(epilog_sh):
+        problems.append(f"{conf} has Epilog={found['epilog']}, not the laid-down {epilog_sh}")
+
+    return {"result": not problems, "problems": problems, "notes": notes,
+            "checked": sorted([item["path"] for item in files] + dirs)}
+
+
+def rollback(test=None):
+    """
+    Restore every file the state manages to its newest backup in the
+    minion's file_backup (``file.list_backups`` / ``file.restore_backup``),
+    then put back the owner root and the state's mode (restore_backup keeps
+    neither for a file it has to create). The file being replaced is itself
+    backed up first, so a second rollback undoes the first.
+
+    Use it when a deploy must be undone at once (the SOP's triggers: a health
+    check fails, a checksum is not the expected one, slurmd logs ``epilog
+    failed`` or a node drains, a live display is wrongly removed), then fix
+    the pillar or formula before the next ``state.apply``, which would lay
+    the new version down again.
+
+    test
+        Report what would be restored and change nothing. Defaults to the
+        minion's ``test`` option.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt 'slurm-work-*' epilog.rollback test=True
+        salt -b 1 'slurm-work-*' epilog.rollback
+    """
+    if test is None:
+        test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
+    files, _ = _managed()
+    report = {"result": True, "test": bool(test), "restored": [], "would_restore": [], "no_backup": [], "errors": []}
+    for item in files:
+        path = item["path"]
+        backups = __salt__["file.list_backups"](path)  # noqa: F821 - a Salt dunder
+        if not backups:
+            report["no_backup"].append(path)
+            continue
+        newest = backups[min(backups, key=int)]
+        entry = {"path": path, "backup": newest.get("Location"), "time": newest.get("Backup Time")}
+        if test:
+            report["would_restore"].append(entry)
+            continue
+        ret = __salt__["file.restore_backup"](path, min(backups, key=int))  # noqa: F821 - a Salt dunder
+        if not ret.get("result"):
+            report["errors"].append(f"{path}: {ret.get('comment')}")
+            continue
+        os.chown(path, 0, 0)
+        os.chmod(path, item["mode"])
+        report["restored"].append(entry)
+    report["result"] = not report["errors"]
+    return report
+
+
+def _listed(user, backup):
+    """('listed'|'not listed'|'lookup error', why): the parts' guard, read the
+    same way (a literal whole line, a final CR ignored)."""
+    try:
+        st = os.stat(backup)
+        if not stat.S_ISREG(st.st_mode):
+            return "lookup error", f"{backup} is not a regular file ({_kind_of(st)})"
+        with open(backup, "rb") as handle:
+            lines = handle.read().split(b"\n")
+    except OSError as exc:
+        return "lookup error", f"cannot read {backup}: {exc.strerror}"
+    wanted = os.fsencode(user)
+    if any(line == wanted or line == wanted + b"\r" for line in lines):
+        return "listed", f"{backup} has a line exactly {user!r}"
+    return "not listed", f"{backup} has no line exactly {user!r}"
+
+
+def _uid_floor():
+    uid_min, uid_max = 1000, 60000
+    try:
+        with open("/etc/login.defs", encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+        found = dict(re.findall(r"(?m)^[ \t]*(UID_MIN|UID_MAX)[ \t]+([0-9]+)", text))
+        uid_min, uid_max = int(found.get("UID_MIN", uid_min)), int(found.get("UID_MAX", uid_max))
+    except OSError:
+        pass
+    return uid_min, uid_max
+
+
+def _other_jobs(uid, settings):
+    """('yes'|'no'|'unknown', why): does UID have a job on this node? The
+    runner's order: step sockets in SlurmdSpoolDir, then slurmstepd
+    processes holding a process of UID, then squeue."""
+    spool = settings["slurmd_spool_dir"]
+    sockets = []
+    try:
+        sockets = [e.name for e in os.scandir(spool)
+                   if "_" in e.name and stat.S_ISSOCK(e.stat(follow_symlinks=False).st_mode)]
+        if not sockets:
+            return "no", f"node-local: no job step in {spool}"
+    except OSError:
+        pass
+    steps = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/comm", "rb") as handle:
+                    if handle.read().strip() == b"slurmstepd":
+                        steps.append(int(entry.name))
+            except OSError:
+                continue
+    if steps:
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                    ppid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+                if ppid in steps and os.stat(f"/proc/{entry.name}").st_uid == uid:
+                    return "yes", f"node-local: a job step runs process {entry.name} of uid {uid}"
+            except (OSError, ValueError, IndexError):
+                continue
+    elif not sockets:
+        return "no", "node-local: no slurmstepd on this node"
+    node = __grains__.get("host", socket.gethostname().split(".")[0])  # noqa: F821 - a Salt dunder
+    try:
+        ret = subprocess.run(
+            ["squeue", "--noheader", f"--nodelist={node}", f"--user={uid}",
+             "--states=PENDING,CONFIGURING,RUNNING,SUSPENDED,COMPLETING", "--format=%A"],
+            capture_output=True, text=True, timeout=settings["squeue_timeout"], check=False,
+            env={**os.environ, "PATH": SCRIPT_PATH})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return "unknown", f"squeue failed or timed out ({exc})"
+    if ret.returncode != 0:
+        return "unknown", f"squeue failed (rc={ret.returncode})"
+    jobs = ret.stdout.split()
+    if jobs:
+        return "yes", f"squeue: job(s) {', '.join(jobs)} of uid {uid} on {node}"
+    return "no", f"squeue: no job of uid {uid} on {node}"
+
+
+def explain(user):
+    """
+    Tell what each epilog part would do for USER on this node right now, and
+    why: whether USER is listed in localusers.backup (or the lookup fails,
+    and on which file), whether USER is root or a system account, and whether
+    USER has other jobs on this node (or that this is unknown). Changes
+    nothing. Answers "why was my session spared or killed".
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt 'slurm-work-01' epilog.explain user=je.kim
+    """
+    settings = _settings()
+    backup = os.path.join(settings["slurm_config_dir"], "localusers.backup")
+    answer, why = _listed(user, backup)
+    try:
+        import pwd  # pylint: disable=import-outside-toplevel
+        uid = pwd.getpwnam(user).pw_uid
+    except KeyError:
+        uid = None
+    uid_min, uid_max = _uid_floor()
+    system = uid is not None and (uid < uid_min or uid_max < uid <= 65535)
+    if uid is None:
+        other = ("unknown", f"no account {user!r} on this node")
+    else:
+        other = _other_jobs(uid, settings)
+    if other[0] != "no":
+        verdict = f"skipped: other jobs of this user on this node: {other[0]} ({other[1]})"
+    elif answer != "not listed":
+        verdict = f"does nothing: {answer} ({why})"
+    elif uid is None:
+        verdict = "does nothing: the account's uid is unknown"
+    elif system:
+        verdict = f"does nothing: uid {uid} is root or a system account (UID_MIN={uid_min}, UID_MAX={uid_max})"
+    else:
+        verdict = None
+    acts = {
+        "40-lastuserjob-processes": f"kills every process of uid {uid}",
+        "41-lastuserjob-ssh": f"removes the line {user!r} from {settings['ssh_allow_file']}",
+        "42-lastuserjob-cleanup": f"removes the files of uid {uid} under /tmp and /dev/shm",
+    }
+    parts = {name: verdict or f"acts: {action}" for name, action in acts.items()}
+    parts["45-stale-x-display"] = "runs at every job end for every user: removes only residue no live process holds"
+    return {
+        "user": user, "uid": uid,
+        "localusers": {"answer": answer, "file": backup, "why": why},
+        "system_account": system,
+        "other_jobs": {"answer": other[0], "why": other[1]},
+        "parts": parts,
+    }
 
 
 # -- the epilog part: python3 epilog_sweep.py sweep ... -------------------------

@@ -1,9 +1,10 @@
 {#- The directories of the chain and the localusers list the parts consult. #}
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import epilog with context %}
+{%- import_yaml tplroot ~ "/layout.yaml" as layout %}
 {%- set confdir = epilog.slurm_config_dir %}
 
-{%- for sub in ['epilog.d', 'prolog.d'] %}
+{%- for sub in layout.directories %}
 
 epilog-config-{{ sub | replace('.', '-') }}-file-directory:
   file.directory:

@@ -4,15 +4,7 @@
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import epilog with context %}
 {%- set confdir = epilog.slurm_config_dir %}
-{%- set scripts = [
-      ('runner-epilog', 'epilog.sh', 'runner.sh.jinja', 'epilog'),
-      ('runner-prolog', 'prolog.sh', 'runner.sh.jinja', 'prolog'),
-      ('part-40-lastuserjob-processes', 'epilog.d/40-lastuserjob-processes', 'epilog.d/40-lastuserjob-processes.jinja', 'epilog'),
-      ('part-41-lastuserjob-ssh', 'epilog.d/41-lastuserjob-ssh', 'epilog.d/41-lastuserjob-ssh.jinja', 'epilog'),
-      ('part-42-lastuserjob-cleanup', 'epilog.d/42-lastuserjob-cleanup', 'epilog.d/42-lastuserjob-cleanup.jinja', 'epilog'),
-      ('part-45-stale-x-display', 'epilog.d/45-stale-x-display', 'epilog.d/45-stale-x-display.jinja', 'epilog'),
-      ('part-50-exclusive-ssh', 'prolog.d/50-exclusive-ssh', 'prolog.d/50-exclusive-ssh.jinja', 'prolog'),
-    ] %}
+{%- import_yaml tplroot ~ "/layout.yaml" as layout %}
 
 include:
   - {{ tplroot }}.config
@@ -38,16 +30,16 @@ epilog-sweep-module-file-managed:
       - pkg: epilog-sweep-python3-pkg-installed
       - file: epilog-config-epilog-d-file-directory
 
-{%- for id, path, source, stage in scripts %}
+{%- for script in layout.scripts %}
 
-epilog-{{ id }}-file-managed:
+epilog-{{ script.id }}-file-managed:
   file.managed:
-    - name: {{ (confdir ~ '/' ~ path) | json }}
-    - source: salt://{{ tplroot }}/files/{{ source }}
+    - name: {{ (confdir ~ '/' ~ script.path) | json }}
+    - source: salt://{{ tplroot }}/files/{{ script.source }}
     - template: jinja
     - context:
         epilog: {{ epilog | json }}
-        stage: {{ stage }}
+        stage: {{ script.stage }}
     - user: root
     - group: root
     - mode: '0755'
@@ -55,5 +47,5 @@ epilog-{{ id }}-file-managed:
     - check_cmd: /bin/bash -n
     - require:
       - file: epilog-config-localusers-backup-file-managed
-      - file: epilog-config-{{ stage }}-d-file-directory
+      - file: epilog-config-{{ script.stage }}-d-file-directory
 {%- endfor %}

@@ -198,3 +198,15 @@ def test_root_and_system_accounts_are_never_targets_even_if_unlisted(chain, user
             end(proc)
     finally:
         chain.localusers.write_text("root\nje.kim\ns.shin\n")
+
+
+def test_nothing_to_kill_and_a_vanished_allow_file_never_fail_a_part(chain):
+    """killall/pkill exit 1 when nothing matched, and the allow file may be
+    gone: neither is an error, and no part exits non-zero."""
+    chain.allow_file.unlink(missing_ok=True)
+    env = slurmd_env("alicex")
+    for part in ("40-lastuserjob-processes", "41-lastuserjob-ssh", "42-lastuserjob-cleanup"):
+        assert chain.run_part(part, env).returncode == 0
+    log = chain.log_text()
+    assert "sent SIGKILL to every process of uid" in log
+    assert f"not in {chain.allow_file}; nothing to remove" in log

@@ -22,8 +22,10 @@ def sweep(sweeper, site, *args):
 @pytest.mark.parametrize("scenario", sc.SCENARIOS, ids=[f.__name__ for f in sc.SCENARIOS])
 def test_sweep_module_follows_the_decision_table(sweeper, accounts, site, scenario):
     expect = scenario(site)
+    log_before = sweeper.log_file.read_text() if sweeper.log_file.exists() else ""
     preview = sweep(sweeper, site, "test=True")
     assert preview["test"] is True and preview["removed"] == []
+    assert (sweeper.log_file.read_text() if sweeper.log_file.exists() else "") == log_before, "a preview must not log"
     assert set(preview["would_remove"]) == expect.removed
     for path in expect.removed:
         assert os.path.lexists(site.path(path)), f"test=True removed {path}"

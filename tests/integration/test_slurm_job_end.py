@@ -78,7 +78,7 @@ def test_ordinary_user_is_cleaned_up_after_last_job_and_loses_ssh(slurm, sshd, r
         assert session.returncode == 255, "alice's ssh session should end with her last job"
         log = "\n".join(slurm.job_log(job))
         assert "other jobs of this user on this node: no (node-local" in log
-        assert "killed residual processes" in log
+        assert "sent SIGKILL to every process of uid" in log
         assert_not_drained(slurm)
     finally:
         kill(pid)

@@ -4,11 +4,13 @@ as opal, a listed operator, so the lastuserjob parts leave the residue's owner
 (alice) alone and only the sweep acts."""
 import glob
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests import sweep_scenarios as sc
+from tests.helpers import wait_for
 
 JOB_USER = "opal"
 
@@ -60,12 +62,16 @@ def test_job_end_removes_only_its_own_scratch(slurm, accounts, host_site):
             os.unlink(path)
 
 
-def test_stopped_minion_and_no_salt_do_not_stop_the_sweep(slurm, accounts, host_site):
+def test_stopped_minion_and_no_salt_do_not_stop_the_sweep(slurm, accounts, host_site, rsyslog):
     """The part runs epilog_sweep.py with the system python3 (python3 -I -S):
-    no Salt on its path, no minion running."""
+    no Salt on its path, no minion running. Its removals reach syslog too."""
     sweep_file = slurm.chain.conf_dir / "epilog_sweep.py"
     assert sweep_file.exists()
+    probe = subprocess.run(["/usr/bin/python3", "-I", "-S", "-c", "import salt"], capture_output=True)
+    assert probe.returncode != 0, "precondition: the system python3 must not see Salt"
     expect = sc.orphan_socket_and_stale_lock(host_site)
-    _, _, log = job_end(slurm)
+    job, _, log = job_end(slurm)
     sc.check(host_site, expect, log_text=log)
     assert "45-stale-x-display" in log
+    wait_for(lambda: any("slurm-epilog" in line and f"job={job} " in line and "stale X display purged: :80" in line
+                         for line in rsyslog.text().splitlines()), 10, what="the purge line in syslog")

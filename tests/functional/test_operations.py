@@ -1,0 +1,202 @@
+"""epilog.verify, epilog.rollback, epilog.explain and the state epilog.clean,
+on a node laid down by the real state (salt-call --local, a minion configured
+by pytest-salt-factories with a pillar file of its own)."""
+import itertools
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO, SaltCall, end, killed, slurmd_env, still_running, stray
+
+_ids = itertools.count()
+
+
+class Node:
+    def __init__(self, salt_factories):
+        self.base = Path(tempfile.mkdtemp(prefix="epilog-ops-", dir="/var/tmp"))
+        (self.base / "pillar").mkdir()
+        (self.base / "spool").mkdir()
+        (self.base / "pillar/top.sls").write_text("base:\n  '*':\n    - epilog\n")
+        self.conf_dir = self.base / "slurm"
+        self.set_pillar()
+        minion = salt_factories.salt_minion_daemon(
+            f"ops-{next(_ids)}",
+            overrides={
+                "file_client": "local",
+                "file_roots": {"base": [str(REPO / "salt"), str(REPO)]},
+                "pillar_roots": {"base": [str(self.base / "pillar")]},
+                "module_dirs": [str(REPO)],
+                "pytest-minion": {"log": {"disabled": True}},
+            },
+        )
+        self.call = SaltCall(minion.config_dir)
+
+    def set_pillar(self, localusers=("root", "je.kim"), **extra):
+        settings = {"slurm_config_dir": str(self.conf_dir), "ssh_allow_file": str(self.base / "localusers"),
+                    "log_file": str(self.base / "epilog.log"), "slurmd_spool_dir": str(self.base / "spool"),
+                    "localusers": list(localusers), **extra}
+        (self.base / "pillar/epilog.sls").write_text(json.dumps({"epilog": settings}))
+
+    def apply(self, sls="epilog", *args):
+        ret = self.call("state.apply", sls, *args)
+        assert ret.returncode == 0, ret
+        return ret
+
+    def run(self, fun, *args):
+        """The function's report; salt-call exits 1 when its result is False."""
+        ret = self.call(f"epilog.{fun}", *args)
+        assert isinstance(ret.data, dict), ret
+        assert ret.returncode == (0 if ret.data.get("result", True) else 1), ret
+        return ret.data
+
+    def snapshot(self):
+        return {p: (p.read_bytes(), p.stat().st_mode, p.stat().st_mtime_ns)
+                for p in self.conf_dir.rglob("*") if p.is_file()}
+
+
+@pytest.fixture
+def node(salt_factories, accounts):
+    n = Node(salt_factories)
+    yield n
+    shutil.rmtree(n.base, ignore_errors=True)
+
+
+def test_verify_passes_on_a_fresh_apply_and_changes_nothing(node):
+    node.apply()
+    before = node.snapshot()
+    report = node.run("verify")
+    assert report["result"] is True, report["problems"]
+    assert str(node.conf_dir / "epilog.d/41-lastuserjob-ssh") in report["checked"]
+    assert node.snapshot() == before
+
+
+def test_verify_names_a_hand_edited_part(node):
+    node.apply()
+    part = node.conf_dir / "epilog.d/41-lastuserjob-ssh"
+    part.write_text(part.read_text().replace("epilog_allow_edit remove", "sed -i \"/$SLURM_JOB_USER/d\" /etc/localusers #"))
+    edited = part.read_bytes()
+    report = node.run("verify")
+    assert report["result"] is False
+    assert any(str(part) in p and "differs from what the state lays down now" in p for p in report["problems"]), report
+    assert part.read_bytes() == edited, "verify must not repair anything"
+
+
+def test_verify_names_bad_owner_mode_and_syntax(node):
+    node.apply()
+    p40 = node.conf_dir / "epilog.d/40-lastuserjob-processes"
+    p42 = node.conf_dir / "epilog.d/42-lastuserjob-cleanup"
+    os.chmod(p40, 0o775)
+    os.chown(p42, 1001, 0)
+    p45 = node.conf_dir / "epilog.d/45-stale-x-display"
+    p45.write_text(p45.read_text() + "\nif then; fi\n")
+    problems = "\n".join(node.run("verify")["problems"])
+    assert f"{p40} is writable by group or others (mode 0775)" in problems
+    assert f"{p42} is owned by uid 1001, not root" in problems
+    assert f"{p45} fails bash -n" in problems
+
+
+def test_verify_checks_localusers_tools_and_slurm_conf(node):
+    node.apply()
+    (node.conf_dir / "localusers.backup").write_text("root\n")
+    (node.conf_dir / "slurm.conf").write_text(f"ClusterName=x\nEpilog={node.conf_dir}/epilog.d/*\n")
+    problems = "\n".join(node.run("verify")["problems"])
+    assert f"{node.conf_dir}/localusers.backup does not hold exactly the pillar's localusers" in problems
+    assert "Slurm runs a glob in reverse order" in problems
+    (node.conf_dir / "slurm.conf").write_text(f"ClusterName=x\nEpilog={node.conf_dir}/epilog.sh  # the runner\n")
+    node.apply()
+    report = node.run("verify")
+    assert report["result"] is True, report["problems"]
+
+
+def test_rollback_restores_the_previous_version_with_its_mode(node):
+    node.set_pillar(localusers=["root"], part_timeout=30)
+    node.apply()
+    runner = node.conf_dir / "epilog.sh"
+    old_runner, old_list = runner.read_bytes(), (node.conf_dir / "localusers.backup").read_bytes()
+    node.set_pillar(localusers=["root", "je.kim"], part_timeout=40)
+    node.apply()
+    assert runner.read_bytes() != old_runner
+    new = node.snapshot()
+    preview = node.run("rollback", "test=True")
+    assert {e["path"] for e in preview["would_restore"]} == {
+        str(runner), str(node.conf_dir / "prolog.sh"), str(node.conf_dir / "localusers.backup")}
+    assert str(node.conf_dir / "epilog.d/40-lastuserjob-processes") in preview["no_backup"]
+    assert node.snapshot() == new, "test=True changed something"
+    report = node.run("rollback")
+    assert report["result"] is True and len(report["restored"]) == 3, report
+    assert runner.read_bytes() == old_runner
+    assert (node.conf_dir / "localusers.backup").read_bytes() == old_list
+    assert stat.S_IMODE(runner.stat().st_mode) == 0o755
+    assert stat.S_IMODE((node.conf_dir / "localusers.backup").stat().st_mode) == 0o600
+    assert node.run("verify")["result"] is False, "after a rollback the node differs from the pillar"
+
+
+def test_clean_removes_what_the_formula_laid_down_and_nothing_else(node):
+    node.apply()
+    own = node.conf_dir / "epilog.d/99-site-own-part"
+    own.write_text("#!/bin/bash\nexit 0\n")
+    (node.conf_dir / "slurm.conf").write_text("ClusterName=x\n")
+    preview = node.apply("epilog.clean", "test=True")
+    assert any(s["changes"] or s["result"] is None for s in preview.states.values())
+    assert (node.conf_dir / "epilog.sh").exists(), "test=True removed something"
+    node.apply("epilog.clean")
+    left = sorted(str(p.relative_to(node.conf_dir)) for p in node.conf_dir.rglob("*"))
+    assert left == ["epilog.d", "epilog.d/99-site-own-part", "slurm.conf"]
+    own.unlink()
+    node.apply("epilog.clean")
+    assert sorted(p.name for p in node.conf_dir.iterdir()) == ["slurm.conf"]
+
+
+@pytest.mark.parametrize("user,listing,acts,answer", [
+    ("je.kim", b"root\nje.kim\n", False, "listed"),
+    ("alice", b"root\nje.kim\n", True, "not listed"),
+    ("je.kim", b"root\njeXkim\n", True, "not listed"),
+    ("alice", None, False, "lookup error"),
+    ("daemon", b"je.kim\n", False, "not listed"),
+])
+def test_explain_agrees_with_what_the_parts_then_do(node, user, listing, acts, answer):
+    """explain's answer, checked against a real run of epilog.sh for the same
+    user with a real stray process."""
+    node.apply()
+    backup = node.conf_dir / "localusers.backup"
+    if listing is None:
+        backup.unlink()
+    else:
+        backup.write_bytes(listing)
+    report = node.run("explain", f"user={user}")
+    assert report["localusers"]["answer"] == answer, report
+    assert report["localusers"]["file"] == str(backup)
+    assert report["other_jobs"]["answer"] == "no" and "node-local" in report["other_jobs"]["why"]
+    verdict = report["parts"]["40-lastuserjob-processes"]
+    assert verdict.startswith("acts") == acts, verdict
+    if user == "daemon":
+        assert "system account" in verdict
+        return
+    proc = stray(user)
+    try:
+        run = subprocess.run([str(node.conf_dir / "epilog.sh")], env=slurmd_env(user, SLURM_CONF="/nonexistent"),
+                             capture_output=True)
+        assert run.returncode == 0
+        assert killed(proc) if acts else still_running(proc)
+    finally:
+        end(proc)
+
+
+def test_explain_says_unknown_when_other_jobs_cannot_be_told(node):
+    node.apply()
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(node.base / "spool" / "node_424242.0"))
+    try:
+        report = node.run("explain", "user=alice")
+    finally:
+        sock.close()
+    # Another job's step socket, no slurmstepd, no controller to ask.
+    assert report["other_jobs"]["answer"] == "unknown", report
+    assert report["parts"]["41-lastuserjob-ssh"].startswith("skipped: other jobs of this user on this node: unknown")
