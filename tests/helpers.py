@@ -240,3 +240,29 @@ def lay_down(salt_call, chain, localusers=None, prefix=(), **extra):
     assert ret.returncode == 0, ret
     assert ret.states and all(state["result"] for state in ret.states.values()), ret
     return ret
+
+
+def private_tmp_namespace(setup=""):
+    """A process holding a private mount namespace whose /tmp is a fresh
+    tmpfs with /tmp/.X11-unix root:root 1777 (as systemd-tmpfiles makes it).
+    When this repo itself lives under /tmp, it is bound back in place so the
+    namespace still sees it. Returns (holder Popen, nsenter prefix, root view)."""
+    script = r'''
+set -e
+keep=$(mktemp -d /var/tmp/epilog-keep-XXXXXX)
+mount --bind "$0" "$keep"
+mount -t tmpfs -o mode=1777 epilog-test-tmp /tmp
+mkdir -m 1777 /tmp/.X11-unix
+case "$0" in /tmp/*) mkdir -p "$0"; mount --bind "$keep" "$0" ;; esac
+umount -l "$keep"; rmdir "$keep"
+''' + setup + '''
+echo ready
+exec sleep 86400
+'''
+    holder = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(REPO)],
+                              stdout=subprocess.PIPE, text=True)
+    line = holder.stdout.readline().strip()
+    if line != "ready":
+        holder.kill()
+        raise AssertionError("could not set up a private /tmp in a mount namespace")
+    return holder, ["nsenter", f"--target={holder.pid}", "--mount"], Path(f"/proc/{holder.pid}/root")

@@ -1,14 +1,13 @@
 """Fixtures of the sweep tests: a mount namespace with its own /tmp, and a
 minion whose pillar points the sweep's log at a file of its own."""
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests import sweep_scenarios as sc
-from tests.helpers import REPO, SaltCall, require_tools
+from tests.helpers import REPO, SaltCall, private_tmp_namespace, require_tools
 
 
 @pytest.fixture
@@ -16,13 +15,8 @@ def site():
     """A mount namespace whose /tmp is a fresh tmpfs, with /tmp/.X11-unix
     root:root 1777 as systemd-tmpfiles makes it at boot."""
     require_tools("unshare", "nsenter", "Xvfb")
-    holder = subprocess.Popen(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-         "mount -t tmpfs -o mode=1777 sweep-tmp /tmp && mkdir -m 1777 /tmp/.X11-unix && echo ready && exec sleep 86400"],
-        stdout=subprocess.PIPE, text=True,
-    )
-    assert holder.stdout.readline().strip() == "ready"
-    s = sc.Site(root=f"/proc/{holder.pid}/root", prefix=["nsenter", f"--target={holder.pid}", "--mount"])
+    holder, prefix, root = private_tmp_namespace()
+    s = sc.Site(root=root, prefix=prefix)
     yield s
     s.cleanup()
     holder.kill()

@@ -1,0 +1,138 @@
+"""A real salt-master and three salt-minions (slurm-work-01..03) on loopback,
+started by pytest-salt-factories. The master serves the repo (file_roots: the
+repo's salt/ and the repo root, so _modules syncs); each minion gets its own
+slurm_config_dir through per-minion pillar.
+
+With EPILOG_FLEET_TIMINGS=<file> set, the wall times of the applies are
+written there (bench/fleet_bench.py reads them)."""
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO, require_root
+
+MINIONS = ["slurm-work-01", "slurm-work-02", "slurm-work-03"]
+TIMINGS = {}
+
+
+class Fleet:
+    def __init__(self, master, minions, base):
+        self.master, self.minions, self.base = master, minions, base
+        self.cli = master.salt_cli(timeout=600)
+
+    def conf_dir(self, minion):
+        return self.base / minion / "slurm"
+
+    def write_pillar(self, minion, localusers=("root", "je.kim")):
+        node = self.base / minion
+        settings = {"slurm_config_dir": str(node / "slurm"), "ssh_allow_file": str(node / "localusers"),
+                    "log_file": str(node / "epilog.log"), "slurmd_spool_dir": str(node / "spool"),
+                    "localusers": list(localusers)}
+        (self.base / "pillar" / f"{minion.replace('-', '_')}.sls").write_text(json.dumps({"epilog": settings}))
+
+    def run(self, *args, tgt="slurm-work-*", timed=None):
+        start = time.perf_counter()
+        ret = self.cli.run(*args, minion_tgt=tgt)
+        if timed:
+            TIMINGS[timed] = round(time.perf_counter() - start, 2)
+        return ret
+
+
+@pytest.fixture(scope="module")
+def fleet(salt_factories, accounts):
+    require_root()
+    base = Path(tempfile.mkdtemp(prefix="epilog-fleet-", dir="/var/tmp"))
+    (base / "pillar").mkdir()
+    top = {"base": {minion: [minion.replace("-", "_")] for minion in MINIONS}}
+    (base / "pillar/top.sls").write_text(json.dumps(top))
+    master = salt_factories.salt_master_daemon(
+        "epilog-master",
+        overrides={
+            "interface": "127.0.0.1",
+            "file_roots": {"base": [str(REPO / "salt"), str(REPO)]},
+            "pillar_roots": {"base": [str(base / "pillar")]},
+        },
+    )
+    minions = [master.salt_minion_daemon(minion, overrides={"pytest-minion": {"log": {"disabled": True}}})
+               for minion in MINIONS]
+    f = Fleet(master, minions, base)
+    for minion in MINIONS:
+        (base / minion / "spool").mkdir(parents=True)
+        f.write_pillar(minion)
+    with master.started(start_timeout=120), contextlib.ExitStack() as stack:
+        for minion in minions:
+            stack.enter_context(minion.started(start_timeout=120))
+        yield f
+    if os.environ.get("EPILOG_FLEET_TIMINGS"):
+        Path(os.environ["EPILOG_FLEET_TIMINGS"]).write_text(json.dumps(TIMINGS))
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def changed(states):
+    return {key.split("_|-")[1] for key, s in states.items() if s.get("changes")}
+
+
+def test_1_preview_reports_pending_changes_for_each_node_and_lays_down_nothing(fleet):
+    ret = fleet.run("state.apply", "epilog", "test=True")
+    assert ret.returncode == 0, ret
+    assert sorted(ret.data) == MINIONS, ret.data
+    for minion in MINIONS:
+        pending = {key for key, s in ret.data[minion].items() if s["result"] is None and s["changes"]}
+        assert len(pending) >= 11, (minion, ret.data[minion])
+        assert not fleet.conf_dir(minion).exists()
+
+
+def test_2_batched_apply_lays_down_every_node(fleet):
+    ret = fleet.run("-b", "1", "state.apply", "epilog", timed="first apply, -b 1, three minions")
+    assert ret.returncode == 0, ret
+    for minion in MINIONS:
+        assert (fleet.conf_dir(minion) / "epilog.d/41-lastuserjob-ssh").is_file(), minion
+        assert (fleet.conf_dir(minion) / "epilog_sweep.py").read_bytes() == (REPO / "_modules/epilog.py").read_bytes()
+
+
+def test_3_second_apply_changes_nothing(fleet):
+    ret = fleet.run("state.apply", "epilog", timed="second apply, all three minions at once")
+    assert ret.returncode == 0, ret
+    for minion in MINIONS:
+        assert changed(ret.data[minion]) == set(), (minion, changed(ret.data[minion]))
+    one = fleet.run("state.apply", "epilog", tgt="slurm-work-01", timed="second apply, one minion")
+    assert one.returncode == 0 and changed(one.data) == set(), one
+    batched = fleet.run("-b", "1", "state.apply", "epilog", timed="second apply, -b 1, three minions")
+    assert batched.returncode == 0, batched
+
+
+def test_4_pillar_change_for_one_node_lands_there_only_with_a_backup(fleet):
+    before = {m: (fleet.conf_dir(m) / "localusers.backup").read_text() for m in MINIONS}
+    fleet.write_pillar("slurm-work-02", localusers=("root", "je.kim", "s.shin"))
+    assert fleet.run("saltutil.refresh_pillar", "wait=True").returncode == 0
+    ret = fleet.run("state.apply", "epilog")
+    assert ret.returncode == 0, ret
+    assert changed(ret.data["slurm-work-02"]) == {"epilog-config-localusers-backup-file-managed"}
+    assert changed(ret.data["slurm-work-01"]) == set() and changed(ret.data["slurm-work-03"]) == set()
+    assert (fleet.conf_dir("slurm-work-02") / "localusers.backup").read_text() == "root\nje.kim\ns.shin\n"
+    for minion in ("slurm-work-01", "slurm-work-03"):
+        assert (fleet.conf_dir(minion) / "localusers.backup").read_text() == before[minion]
+    backups = fleet.run("file.list_backups", str(fleet.conf_dir("slurm-work-02") / "localusers.backup"),
+                        tgt="slurm-work-02")
+    assert backups.returncode == 0 and backups.data, backups
+    newest = backups.data[min(backups.data, key=int)]
+    assert Path(newest["Location"]).read_text() == before["slurm-work-02"]
+
+
+def test_5_sweep_and_verify_answer_from_every_node(fleet):
+    assert fleet.run("saltutil.sync_modules").returncode == 0
+    ret = fleet.run("epilog.sweep", "test=True")
+    assert ret.returncode == 0, ret
+    assert sorted(ret.data) == MINIONS
+    for minion in MINIONS:
+        assert ret.data[minion]["test"] is True and ret.data[minion]["removed"] == []
+    ret = fleet.run("epilog.verify")
+    assert sorted(ret.data) == MINIONS, ret
+    for minion in MINIONS:
+        assert ret.data[minion]["result"] is True, (minion, ret.data[minion]["problems"])
