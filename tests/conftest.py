@@ -1,6 +1,7 @@
 """Session fixtures: real accounts, a salt-call minion configured by
 pytest-salt-factories, and the chain laid down by the real state."""
 import logging
+import os
 import shutil
 import subprocess
 import tempfile
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ACCOUNTS, OPERATORS, REPO, VENV_BIN, Chain, SaltCall, lay_down, require, require_root, require_tools
+from tests.helpers import ACCOUNTS, OPERATORS, REPO, VENV_BIN, Chain, lay_down, local_minion, require, require_root, require_tools
 
 # pytest-salt-factories logs its whole configuration as a warning at start-up,
 # and salt's deferred handler prints it after the test summary.
@@ -36,28 +37,12 @@ def salt_factories_default_root_dir():
 
 
 @pytest.fixture(scope="session")
-def salt_minion(salt_factories):
-    """A minion config (file_client: local) that serves this repo's salt/ and
-    pillar/ trees and loads _modules/ from the repo root. Never started: the
-    tests drive it with salt-call --local."""
+def salt_call(salt_factories):
+    """salt-call --local on a minion serving this repo's salt/ and pillar/
+    (its id, slurm-work-test, matches the worked example's 'slurm-work-*')."""
     require_root()
     require((VENV_BIN / "salt-call").exists(), f"salt-call in {VENV_BIN} (bash .ci/setup)")
-    return salt_factories.salt_minion_daemon(
-        "slurm-work-test",
-        overrides={
-            "file_client": "local",
-            "file_roots": {"base": [str(REPO / "salt"), str(REPO)]},
-            "pillar_roots": {"base": [str(REPO / "pillar")]},
-            "module_dirs": [str(REPO)],
-            # salt-call's own log lines stay out of the pytest process.
-            "pytest-minion": {"log": {"disabled": True}},
-        },
-    )
-
-
-@pytest.fixture(scope="session")
-def salt_call(salt_minion):
-    return SaltCall(salt_minion.config_dir)
+    return local_minion(salt_factories, "slurm-work-test", REPO / "pillar")
 
 
 @pytest.fixture(scope="session")
@@ -99,3 +84,16 @@ def default_chain(tmp_path_factory, salt_call, accounts):
         holder.kill()
         holder.wait()
 
+
+def pytest_unconfigure(config):
+    """Importing salt installs a deferred log handler that flushes, at exit,
+    whatever salt logged before its logging was set up, into the stderr that
+    pytest has closed by then. Silence it so the test summary stays last."""
+    logging.disable(logging.CRITICAL)
+    try:
+        from salt._logging import impl  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return
+    handler = impl.get_temp_handler()
+    if handler is not None:
+        handler.setStream(open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - lives until exit

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests import sweep_scenarios as sc
-from tests.helpers import REPO, SaltCall, private_tmp_namespace, require_tools
+from tests.helpers import local_minion, private_tmp_namespace, require_tools
 
 
 @pytest.fixture
@@ -30,18 +30,7 @@ def sweeper(salt_factories):
     (base / "pillar").mkdir()
     (base / "pillar/top.sls").write_text("base:\n  '*':\n    - epilog\n")
     (base / "pillar/epilog.sls").write_text(f"epilog:\n  log_file: {base}/epilog.log\n")
-    minion = salt_factories.salt_minion_daemon(
-        "sweep-test",
-        overrides={
-            "file_client": "local",
-            "file_roots": {"base": [str(REPO / "salt"), str(REPO)]},
-            "pillar_roots": {"base": [str(base / "pillar")]},
-            "module_dirs": [str(REPO)],
-            "pytest-minion": {"log": {"disabled": True}},
-        },
-    )
-    call = SaltCall(minion.config_dir)
+    call = local_minion(salt_factories, "sweep-test", base / "pillar")
     call.log_file = base / "epilog.log"
-    call.config_dir_path = minion.config_dir
     yield call
     shutil.rmtree(base, ignore_errors=True)

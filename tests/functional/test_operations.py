@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, SaltCall, end, killed, slurmd_env, still_running, stray
+from tests.helpers import end, killed, local_minion, slurmd_env, still_running, stray
 
 _ids = itertools.count()
 
@@ -26,17 +26,7 @@ class Node:
         (self.base / "pillar/top.sls").write_text("base:\n  '*':\n    - epilog\n")
         self.conf_dir = self.base / "slurm"
         self.set_pillar()
-        minion = salt_factories.salt_minion_daemon(
-            f"ops-{next(_ids)}",
-            overrides={
-                "file_client": "local",
-                "file_roots": {"base": [str(REPO / "salt"), str(REPO)]},
-                "pillar_roots": {"base": [str(self.base / "pillar")]},
-                "module_dirs": [str(REPO)],
-                "pytest-minion": {"log": {"disabled": True}},
-            },
-        )
-        self.call = SaltCall(minion.config_dir)
+        self.call = local_minion(salt_factories, f"ops-{next(_ids)}", self.base / "pillar")
 
     def set_pillar(self, localusers=("root", "je.kim"), **extra):
         settings = {"slurm_config_dir": str(self.conf_dir), "ssh_allow_file": str(self.base / "localusers"),

@@ -57,7 +57,7 @@ def test_all_rows_at_once_with_counts_per_kind(sweeper, accounts, site):
 
 def test_salt_call_json_output_is_pure_json(accounts, site, sweeper):
     sc.orphan_socket_and_stale_lock(site)
-    proc = subprocess.run([*site.prefix, str(REPO / ".venv/bin/salt-call"), f"--config-dir={sweeper.config_dir_path}",
+    proc = subprocess.run([*site.prefix, str(REPO / ".venv/bin/salt-call"), f"--config-dir={sweeper.config_dir}",
                            "--local", "--out=json", "epilog.sweep", "test=True"], capture_output=True, text=True, cwd="/")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)

@@ -57,6 +57,8 @@ def fleet(salt_factories, accounts):
             "interface": "127.0.0.1",
             "file_roots": {"base": [str(REPO / "salt"), str(REPO)]},
             "pillar_roots": {"base": [str(base / "pillar")]},
+            # The daemons' log lines stay out of the pytest process.
+            "pytest-master": {"log": {"disabled": True}},
         },
     )
     minions = [master.salt_minion_daemon(minion, overrides={"pytest-minion": {"log": {"disabled": True}}})
