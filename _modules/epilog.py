@@ -67,7 +67,7 @@ DEFAULTS = {
     "localusers": ["root"],
     "ssh_allow_file": "/etc/localusers",
     "log_file": "/var/log/slurm/epilog.log",
-    "slurmd_spool_dir": "/var/lib/slurm/slurmd",
+    "slurmd_spool_dir": "/var/spool/slurmd",
     "scratch_patterns": ["slurm{jobid}*", "vcs*{jobid}*"],
     "sweep_budget": 10,
     "squeue_timeout": 5,
@@ -83,7 +83,8 @@ X_LOCK_LIKE = re.compile(r"\.X.*-lock\Z", re.S)
 CLSBD_NAME = re.compile(r"clsbd\.(.+)\.([0-9]+)\Z", re.S)
 # An X server writes its pid as "%10d\n": exactly 11 bytes, nothing else.
 LOCK_CONTENT = re.compile(rb" *([0-9]{1,10})\n\Z")
-PATTERN_OK = re.compile(r"[A-Za-z0-9._*?-]*\{jobid\}[A-Za-z0-9._*?-]*\Z")
+# A scratch pattern: {jobid} once; it may not start with a wildcard or a dot.
+PATTERN_OK = re.compile(r"([A-Za-z0-9_-][A-Za-z0-9._*?-]*)?\{jobid\}[A-Za-z0-9._*?-]*\Z")
 
 
 def __virtual__():
@@ -114,9 +115,12 @@ class _Log:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         if self.log_file:
             try:
-                fd = os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+                # Never through a symlink, never blocking on a FIFO, only into a regular file.
+                fd = os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                             | os.O_NOCTTY | os.O_CLOEXEC, 0o644)
                 try:
-                    os.write(fd, f"{stamp} {level} {line}\n".encode("utf-8", "backslashreplace"))
+                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                        os.write(fd, f"{stamp} {level} {line}\n".encode("utf-8", "backslashreplace"))
                 finally:
                     os.close(fd)
             except OSError:
@@ -135,9 +139,10 @@ class _Budget(Exception):
 
 
 class _Sweep:
-    def __init__(self, test, job, patterns, budget, log):
+    def __init__(self, test, job, patterns, budget, log, uid=None):
         self.test = test
         self.job = job
+        self.uid = uid
         self.patterns = patterns
         self.deadline = time.monotonic() + budget
         self.budget = budget
@@ -380,7 +385,7 @@ class _Sweep:
                     self.keep("x_lock", f"{TMP}/{name}", "malformed lock name")
             elif name.startswith("clsbd."):
                 clsbd.append(name)
-            elif any(regex.match(name) for regex in scratch_res):
+            elif not name.startswith(".") and any(regex.match(name) for regex in scratch_res):
                 scratch.append(name)
         sockets, x_fd = self._x11_entries(tmp_fd)
         self._candidates = ([f"{TMP}/{X11_DIR}/{name}" for name, _ in sockets.values()]
@@ -394,6 +399,10 @@ class _Sweep:
                 try:
                     st = os.stat(name, dir_fd=tmp_fd, follow_symlinks=False)
                 except FileNotFoundError:
+                    continue
+                if st.st_uid != self.uid:
+                    # Only the job's user's own entries are its scratch.
+                    self.keep("scratch", path, f"owned by uid {st.st_uid}, not the job's uid {self.uid}")
                     continue
                 if self.remove("scratch", tmp_fd, name, path, st):
                     self.log("info", f"job scratch purged: {_show(path)}")
@@ -543,31 +552,37 @@ def _scratch_regex(pattern, job):
     return re.compile(glob(head) + r"(?<![0-9])" + re.escape(job) + r"(?![0-9])" + glob(tail) + r"\Z", re.S)
 
 
-def _check_args(job, patterns, budget):
+def _check_args(job, patterns, budget, uid):
     if job is not None:
         job = str(job)
         if not job.isdigit():
             raise CommandExecutionError(f"job must be a numeric Slurm job id, got {job!r}")
+        if uid is None or not str(uid).isdigit():
+            raise CommandExecutionError("a job's scratch is removed only with the job's user (its uid): give user=")
+        uid = int(uid)
     for pattern in patterns:
         if not isinstance(pattern, str) or not PATTERN_OK.match(pattern):
             raise CommandExecutionError(
-                f"scratch pattern {pattern!r} must hold {{jobid}} once and only letters, digits and . _ - * ?")
+                f"scratch pattern {pattern!r} must hold {{jobid}} once and only letters, digits and . _ - * ?, "
+                "and may not start with a wildcard or a dot")
     try:
         budget = float(budget)
     except (TypeError, ValueError) as exc:
         raise CommandExecutionError(f"budget must be a number of seconds, got {budget!r}") from exc
     if not 0 < budget <= 3600:
         raise CommandExecutionError(f"budget must be between 0 and 3600 seconds, got {budget}")
-    return job, list(patterns), budget
+    return job, list(patterns), budget, uid
 
 
-def run_sweep(test=False, job=None, patterns=(), budget=10, log_file=None, source="epilog.sweep", user=None):
-    """The sweep, as both callers run it. Returns the report dict; raises
+def run_sweep(test=False, job=None, patterns=(), budget=10, log_file=None, source="epilog.sweep", user=None,
+              uid=None):
+    """The sweep, as both callers run it. With JOB, that job's scratch goes
+    too, and only the entries owned by UID. Returns the report dict; raises
     CommandExecutionError when the sweep itself cannot run."""
-    job, patterns, budget = _check_args(job, patterns, budget)
+    job, patterns, budget, uid = _check_args(job, patterns, budget, uid)
     # A preview (test=True) changes nothing, the log included.
     log = _Log(log_file, source, job=job, user=user, enabled=not test)
-    return _Sweep(bool(test), job, patterns, budget, log).run()
+    return _Sweep(bool(test), job, patterns, budget, log, uid=uid).run()
 
 
 # -- Salt ---------------------------------------------------------------------
@@ -581,7 +596,7 @@ def _settings():
     return settings
 
 
-def sweep(test=None, job=None, budget=None):
+def sweep(test=None, job=None, user=None, budget=None):
     """
     Sweep /tmp for residue of crashed X/VNC servers and Cadence clients
     (orphan /tmp/.X11-unix/X<N> sockets, stale /tmp/.X<N>-lock files, dead
@@ -598,7 +613,11 @@ def sweep(test=None, job=None, budget=None):
         minion's ``test`` option.
 
     job
-        A Slurm job id: also remove that job's scratch entries.
+        A Slurm job id: also remove that job's scratch entries, those owned
+        by ``user``.
+
+    user
+        The job's user; needed with ``job``.
 
     budget
         Seconds the sweep may take (default ``epilog:sweep_budget``).
@@ -609,15 +628,22 @@ def sweep(test=None, job=None, budget=None):
 
         salt-call epilog.sweep
         salt '*' epilog.sweep test=True
-        salt '*' epilog.sweep job=1234
+        salt '*' epilog.sweep job=1234 user=alice
     """
     if test is None:
         test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
     settings = _settings()
+    uid = None
+    if user is not None:
+        import pwd  # pylint: disable=import-outside-toplevel
+        try:
+            uid = pwd.getpwnam(str(user)).pw_uid
+        except KeyError as exc:
+            raise CommandExecutionError(f"no account {user!r} on this node") from exc
     return run_sweep(
         test=test, job=job, patterns=settings["scratch_patterns"],
         budget=settings["sweep_budget"] if budget is None else budget,
-        log_file=settings["log_file"], source="epilog.sweep",
+        log_file=settings["log_file"], source="epilog.sweep", user=user, uid=uid,
     )
 
 
@@ -651,7 +677,8 @@ def _which(tool):
 
 
 def _slurm_conf_epilog(settings):
-    """(path of slurm.conf read, {key: value} of Epilog/Prolog), or (None, {})."""
+    """(path of slurm.conf read, {key: value} of Epilog, Prolog, PrologFlags
+    and SlurmdSpoolDir, keys lowercased), or (None, {})."""
     candidates = [os.environ.get("SLURM_CONF"), os.path.join(settings["slurm_config_dir"], "slurm.conf"),
                   "/etc/slurm/slurm.conf"]
     for path in filter(None, candidates):
@@ -664,7 +691,7 @@ def _slurm_conf_epilog(settings):
         for line in text.splitlines():
             for word in line.split("#", 1)[0].split():
                 key, _, value = word.partition("=")
-                if key.lower() in ("epilog", "prolog"):
+                if key.lower() in ("epilog", "prolog", "prologflags", "slurmdspooldir"):
                     found[key.lower()] = value
         return path, found
     return None, {}
@@ -767,6 +794,18 @@ def verify():
         problems.append(f"{conf} has Epilog={found['epilog']}: Slurm runs a glob in reverse order (want Epilog={epilog_sh})")
     elif os.path.normpath(found["epilog"]) != os.path.normpath(epilog_sh):
         problems.append(f"{conf} has Epilog={found['epilog']}, not the laid-down {epilog_sh}")
+    if conf is not None:
+        prolog_sh = os.path.join(settings["slurm_config_dir"], "prolog.sh")
+        if os.path.normpath(found.get("prolog", "")) != os.path.normpath(prolog_sh):
+            problems.append(f"{conf} has Prolog={found.get('prolog', '')}, not the laid-down {prolog_sh}")
+        flags = {flag.lower() for flag in found.get("prologflags", "").split(",")}
+        if not {"alloc", "contain"} <= flags:
+            problems.append(f"{conf} has PrologFlags={found.get('prologflags', '')}: want Alloc,Contain (the prolog "
+                            "opens ssh at allocation; every allocation needs a step for the last-job check)")
+        spool = found.get("slurmdspooldir", "/var/spool/slurmd")
+        if os.path.normpath(spool) != os.path.normpath(settings["slurmd_spool_dir"]):
+            problems.append(f"{conf} has SlurmdSpoolDir={spool}, but epilog:slurmd_spool_dir is "
+                            f"{settings['slurmd_spool_dir']}")
 
     return {"result": not problems, "problems": problems, "notes": notes,
             "checked": sorted([item["path"] for item in files] + dirs)}
@@ -859,10 +898,11 @@ def _other_jobs(uid, settings):
     spool = settings["slurmd_spool_dir"]
     sockets = []
     try:
-        sockets = [e.name for e in os.scandir(spool)
-                   if "_" in e.name and stat.S_ISSOCK(e.stat(follow_symlinks=False).st_mode)]
-        if not sockets:
-            return "no", f"node-local: no job step in {spool}"
+        if os.path.exists(os.path.join(spool, "cred_state")):
+            sockets = [e.name for e in os.scandir(spool)
+                       if "_" in e.name and stat.S_ISSOCK(e.stat(follow_symlinks=False).st_mode)]
+            if not sockets:
+                return "no", f"node-local: no job step in {spool}"
     except OSError:
         pass
     steps = []
@@ -969,13 +1009,14 @@ def main(argv=None):
     cmd.add_argument("--budget", default=DEFAULTS["sweep_budget"], help="seconds the sweep may take")
     cmd.add_argument("--log-file", default=None)
     cmd.add_argument("--user", default=None, help="the job's user, for log lines")
+    cmd.add_argument("--uid", default=None, help="the job's uid: only its entries are the job's scratch")
     cmd.add_argument("--part", action="store_true", help="run as the epilog part: always exit 0")
     cmd.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     try:
         report = run_sweep(test=args.test, job=args.job or None, patterns=args.pattern, budget=args.budget,
                            log_file=args.log_file, source="45-stale-x-display" if args.part else "epilog_sweep.py",
-                           user=args.user)
+                           user=args.user, uid=args.uid)
     except CommandExecutionError as exc:
         _Log(args.log_file, "45-stale-x-display" if args.part else "epilog_sweep.py", args.job, args.user)(
             "warning", f"sweep could not run: {exc}")

@@ -89,6 +89,7 @@ def lay_down(sandbox):
         "localusers": ["root", "je.kim", "s.shin"],
     }}
     (sandbox / "spool").mkdir()
+    (sandbox / "spool/cred_state").write_bytes(b"")  # as in slurmd's live spool
     sh(str(REPO / ".venv/bin/salt-call"), "--local", "--retcode-passthrough", "--out=json",
        "state.apply", "epilog", "pillar=" + json.dumps(pillar), cwd=REPO)
 

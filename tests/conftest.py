@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ACCOUNTS, OPERATORS, REPO, VENV_BIN, Chain, lay_down, local_minion, require, require_root, require_tools
+from tests.helpers import ACCOUNTS, OPERATORS, REPO, VENV_BIN, Chain, lay_down, live_spool, local_minion, require, require_root, require_tools
 
 # pytest-salt-factories logs its whole configuration as a warning at start-up,
 # and salt's deferred handler prints it after the test summary.
@@ -49,7 +49,7 @@ def salt_call(salt_factories):
 def chain(tmp_path_factory, salt_call, accounts):
     """The chain laid down by the state at a custom slurm_config_dir."""
     base = tmp_path_factory.mktemp("chain")
-    (base / "spool").mkdir()
+    live_spool(base / "spool")
     c = Chain(base / "opt-slurm", base / "localusers", base / "epilog.log", base / "spool")
     lay_down(salt_call, c)
     return c
@@ -62,7 +62,7 @@ def default_chain(tmp_path_factory, salt_call, accounts):
     the host's /etc/slurm is never touched."""
     require_tools("unshare", "nsenter")
     base = tmp_path_factory.mktemp("default-chain")
-    (base / "spool").mkdir()
+    live_spool(base / "spool")
     holder = subprocess.Popen(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c",
          "mkdir -p /etc/slurm && mount -t tmpfs -o mode=0755 epilog-test /etc/slurm && echo ready && exec sleep 86400"],

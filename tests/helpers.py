@@ -24,6 +24,16 @@ ACCOUNTS = ["alice", "alicex", "je.kim", "s.shin", "opal"]
 OPERATORS = ["root", "je.kim", "s.shin"]
 
 
+def live_spool(path):
+    """A directory standing in for slurmd's live SlurmdSpoolDir: slurmd keeps
+    its cred_state there, which is what the runner checks before it trusts
+    the directory's (absent) step sockets."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "cred_state").write_bytes(b"")
+    return path
+
+
 def require(ok, what):
     """A missing prerequisite fails the run under CI=true, else skips."""
     if ok:

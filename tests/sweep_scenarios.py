@@ -153,11 +153,14 @@ SCENARIOS = [
 
 
 def scratch_of_the_ending_job(site, job):
-    """slurm{jobid}* and vcs*{jobid}* of the ending job go, with directory
-    trees; another job's (a longer id with the same prefix) stays."""
+    """slurm{jobid}* and vcs*{jobid}* of the ending job's user (alice) go,
+    with directory trees; another job's (a longer id with the same prefix)
+    stays."""
     other = f"{job}1"
     site.write(f"/tmp/slurm{job}.out", b"x")
-    site.path(f"/tmp/vcs_sim_{job}_dir/sub").mkdir(parents=True)
+    for sub in (f"/tmp/vcs_sim_{job}_dir", f"/tmp/vcs_sim_{job}_dir/sub"):
+        site.path(sub).mkdir()
+        os.chown(site.path(sub), *ids_of("alice"))
     site.write(f"/tmp/vcs_sim_{job}_dir/sub/wave.vpd", b"x")
     site.write(f"/tmp/slurm{other}.out", b"x")
     site.write(f"/tmp/vcs_{other}", b"x")

@@ -15,7 +15,7 @@ include:
     root for salt://_modules/. #}
 epilog-sweep-python3-pkg-installed:
   pkg.installed:
-    - name: python3-minimal
+    - name: python3
 
 epilog-sweep-module-file-managed:
   file.managed:

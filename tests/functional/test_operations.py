@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import end, killed, local_minion, slurmd_env, still_running, stray
+from tests.helpers import end, killed, live_spool, local_minion, slurmd_env, still_running, stray
 
 _ids = itertools.count()
 
@@ -22,7 +22,7 @@ class Node:
     def __init__(self, salt_factories):
         self.base = Path(tempfile.mkdtemp(prefix="epilog-ops-", dir="/var/tmp"))
         (self.base / "pillar").mkdir()
-        (self.base / "spool").mkdir()
+        live_spool(self.base / "spool")
         (self.base / "pillar/top.sls").write_text("base:\n  '*':\n    - epilog\n")
         self.conf_dir = self.base / "slurm"
         self.set_pillar()
@@ -99,10 +99,28 @@ def test_verify_checks_localusers_tools_and_slurm_conf(node):
     problems = "\n".join(node.run("verify")["problems"])
     assert f"{node.conf_dir}/localusers.backup does not hold exactly the pillar's localusers" in problems
     assert "Slurm runs a glob in reverse order" in problems
-    (node.conf_dir / "slurm.conf").write_text(f"ClusterName=x\nEpilog={node.conf_dir}/epilog.sh  # the runner\n")
+    (node.conf_dir / "slurm.conf").write_text(f"ClusterName=x\nEpilog={node.conf_dir}/epilog.sh  # the runner\n"
+                                               f"Prolog={node.conf_dir}/prolog.sh\nPrologFlags=Alloc\n")
     node.apply()
+    problems = "\n".join(node.run("verify")["problems"])
+    assert "PrologFlags=Alloc: want Alloc,Contain" in problems
+    assert f"SlurmdSpoolDir=/var/spool/slurmd, but epilog:slurmd_spool_dir is {node.base}/spool" in problems
+    (node.conf_dir / "slurm.conf").write_text(
+        f"ClusterName=x\nEpilog={node.conf_dir}/epilog.sh  # the runner\nProlog={node.conf_dir}/prolog.sh\n"
+        f"PrologFlags=Alloc,Contain SlurmdSpoolDir={node.base}/spool\n")
     report = node.run("verify")
     assert report["result"] is True, report["problems"]
+
+
+def test_verify_names_a_missing_tool(node):
+    """flock made unusable for real: /dev/null bind-mounted over it in a
+    private mount namespace, where salt-call runs."""
+    node.apply()
+    flock = subprocess.run(["bash", "-c", "command -v flock"], capture_output=True, text=True).stdout.strip()
+    ns = ["unshare", "--mount", "--propagation", "private", "sh", "-c", f'mount --bind /dev/null {flock} && exec "$@"', "sh"]
+    ret = node.call("epilog.verify", prefix=ns)
+    assert ret.returncode == 1, ret
+    assert "flock is not installed (the parts look in /usr/local/sbin:" in "\n".join(ret.data["problems"])
 
 
 def test_rollback_restores_the_previous_version_with_its_mode(node):

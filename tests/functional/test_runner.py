@@ -6,18 +6,17 @@ import socket
 import stat
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import Chain, end, killed, lay_down, owned_file, require_tools, slurmd_env, still_running, stray
+from tests.helpers import Chain, end, live_spool, killed, lay_down, owned_file, require_tools, slurmd_env, still_running, stray
 
 
 @pytest.fixture
 def own_chain(tmp_path, salt_call, accounts):
     """A chain of its own, for tests that add parts or change settings."""
     def make(**settings):
-        (tmp_path / "spool").mkdir(exist_ok=True)
+        live_spool(tmp_path / "spool")
         c = Chain(tmp_path / "slurm", tmp_path / "localusers", tmp_path / "epilog.log", tmp_path / "spool")
         lay_down(salt_call, c, **settings)
         return c
@@ -90,11 +89,16 @@ def test_missing_kill_tool_never_fails_the_part(own_chain):
 
 
 def test_no_log_dir_and_no_syslog_never_fail_a_part(own_chain, tmp_path):
+    """No log directory, and no syslog socket: if a syslog daemon runs here,
+    /dev/null is bind-mounted over /dev/log in a private mount namespace."""
     c = own_chain(log_file=str(tmp_path / "missing-dir" / "epilog.log"))
-    assert not Path("/dev/log").exists() or Path("/dev/log").is_socket()
+    prefix = []
+    if os.path.lexists("/dev/log"):
+        prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                  'mount --bind /dev/null /dev/log && exec "$@"', "sh"]
     proc = stray("alice")
     try:
-        ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("alice"))
+        ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("alice"), prefix=prefix)
         assert ret.returncode == 0, ret
         assert killed(proc)
         assert not (tmp_path / "missing-dir").exists()
@@ -135,6 +139,18 @@ def test_no_step_of_another_job_is_a_node_local_last_job(own_chain):
         end(proc)
 
 
+def test_a_spool_that_is_not_slurmds_live_one_is_not_trusted(own_chain):
+    """No cred_state: the pillar's slurmd_spool_dir may not be the real
+    SlurmdSpoolDir, so its lack of step sockets proves nothing; the runner
+    goes on to pgrep and squeue."""
+    c = own_chain()
+    (c.spool_dir / "cred_state").unlink()
+    env = slurmd_env("je.kim", SLURM_CONF="/nonexistent/slurm.conf")
+    assert c.run(c.conf_dir / "epilog.sh", env).returncode == 0
+    start = next(line for line in c.log_text().splitlines() if "epilog.sh" in line and "start;" in line)
+    assert "node-local: no step of another job in" not in start, start
+
+
 def run_prolog(chain, user):
     ret = chain.run(chain.conf_dir / "prolog.sh", slurmd_env(user))
     assert ret.returncode == 0, ret
@@ -165,12 +181,13 @@ def test_allow_file_symlink_is_left_alone(chain, tmp_path):
     target.write_text("bob\nalice\n")
     chain.allow_file.unlink(missing_ok=True)
     chain.allow_file.symlink_to(target)
+    mark = len(chain.log_text())
     try:
         run_prolog(chain, "s.shin")
         assert chain.run_part("41-lastuserjob-ssh", slurmd_env("alice")).returncode == 0
         assert target.read_text() == "bob\nalice\n"
         assert chain.allow_file.is_symlink()
-        assert "is not a regular file; left alone" in chain.log_text()
+        assert chain.log_text()[mark:].count("is not a regular file; left alone") == 2
     finally:
         chain.allow_file.unlink()
 
@@ -187,16 +204,21 @@ def test_root_and_system_accounts_are_never_targets_even_if_unlisted(chain, user
     processes; nor those of daemons (uid < UID_MIN, or Debian's static system
     range above UID_MAX: slurm is 64030, nobody 65534)."""
     chain.localusers.write_text("je.kim\n")
+    mark = len(chain.log_text())
+    residue = owned_file(user)
     try:
         proc = subprocess.Popen(["setpriv", f"--reuid={user}", "--regid=65534", "--clear-groups", "sleep", "600"],
                                 start_new_session=True)
         try:
-            assert chain.run_part("40-lastuserjob-processes", slurmd_env(user)).returncode == 0
+            for part in ("40-lastuserjob-processes", "42-lastuserjob-cleanup"):
+                assert chain.run_part(part, slurmd_env(user)).returncode == 0
             assert still_running(proc)
-            assert "is root or a system account" in chain.log_text()
+            assert residue.exists()
+            assert chain.log_text()[mark:].count("is root or a system account") == 2
         finally:
             end(proc)
     finally:
+        residue.unlink(missing_ok=True)
         chain.localusers.write_text("root\nje.kim\ns.shin\n")
 
 
@@ -205,8 +227,9 @@ def test_nothing_to_kill_and_a_vanished_allow_file_never_fail_a_part(chain):
     gone: neither is an error, and no part exits non-zero."""
     chain.allow_file.unlink(missing_ok=True)
     env = slurmd_env("alicex")
+    mark = len(chain.log_text())
     for part in ("40-lastuserjob-processes", "41-lastuserjob-ssh", "42-lastuserjob-cleanup"):
         assert chain.run_part(part, env).returncode == 0
-    log = chain.log_text()
+    log = chain.log_text()[mark:]
     assert "sent SIGKILL to every process of uid" in log
     assert f"not in {chain.allow_file}; nothing to remove" in log

@@ -158,6 +158,8 @@ def test_bad_localusers_entry_fails_the_state_naming_it_and_lays_down_nothing(sa
     ("scratch_patterns", ["slurm*"], "epilog:scratch_patterns[0] ('slurm*') must hold {jobid} once"),
     ("scratch_patterns", ["../x{jobid}"], "epilog:scratch_patterns[0] ('../x{jobid}') must hold {jobid}"),
     ("scratch_patterns", ["$(id){jobid}"], "epilog:scratch_patterns[0]"),
+    ("scratch_patterns", ["*{jobid}*"], "may not start with a wildcard or a dot"),
+    ("scratch_patterns", [".X{jobid}*"], "may not start with a wildcard or a dot"),
     ("sweep_budget", 30, "epilog:sweep_budget (30) must be below epilog:part_timeout (30)"),
 ])
 def test_bad_setting_fails_the_state_naming_it(salt_call, tmp_path, key, value, message):

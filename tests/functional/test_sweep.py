@@ -36,11 +36,21 @@ def test_sweep_module_follows_the_decision_table(sweeper, accounts, site, scenar
 
 def test_sweep_removes_only_the_ending_jobs_scratch(sweeper, accounts, site):
     expect, others = sc.scratch_of_the_ending_job(site, "4711")
-    report = sweep(sweeper, site, "job=4711")
+    site.write("/tmp/slurm4711.je.kim", b"x", user="je.kim")  # the job's pattern, another user's file
+    report = sweep(sweeper, site, "job=4711", "user=alice")
     sc.check(site, expect, report)
     assert report["counts"]["scratch"]["removed"] == 2
     for path in others:
         assert site.path(path).exists(), f"{path} belongs to another job"
+    assert site.path("/tmp/slurm4711.je.kim").exists()
+    reason = next(k["reason"] for k in report["kept"] if k["path"] == "/tmp/slurm4711.je.kim")
+    assert reason.startswith("owned by uid") and "not the job's uid" in reason
+
+
+def test_scratch_needs_the_jobs_user(sweeper, accounts, site):
+    ret = sweeper("epilog.sweep", "job=4711", prefix=site.prefix)
+    assert ret.returncode != 0
+    assert "give user=" in ret.stdout + ret.stderr
 
 
 def test_all_rows_at_once_with_counts_per_kind(sweeper, accounts, site):

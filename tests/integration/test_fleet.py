@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, require_root
+from tests.helpers import REPO, live_spool, require_root
 
 MINIONS = ["slurm-work-01", "slurm-work-02", "slurm-work-03"]
 TIMINGS = {}
@@ -65,7 +65,7 @@ def fleet(salt_factories, accounts):
                for minion in MINIONS]
     f = Fleet(master, minions, base)
     for minion in MINIONS:
-        (base / minion / "spool").mkdir(parents=True)
+        live_spool(base / minion / "spool")
         f.write_pillar(minion)
     with master.started(start_timeout=120), contextlib.ExitStack() as stack:
         for minion in minions:
