@@ -811,13 +811,23 @@ def verify():
             "checked": sorted([item["path"] for item in files] + dirs)}
 
 
-def rollback(test=None):
+def rollback(test=None, everything=False, window=600):
     """
-    Restore every file the state manages to its newest backup in the
-    minion's file_backup (``file.list_backups`` / ``file.restore_backup``),
-    then put back the owner root and the state's mode (restore_backup keeps
-    neither for a file it has to create). The file being replaced is itself
-    backed up first, so a second rollback undoes the first.
+    Undo the last deploy: restore each file the state manages that the last
+    ``state.apply`` changed to its newest backup in the minion's file_backup
+    (``file.list_backups`` / ``file.restore_backup``), then put back the
+    owner root and the state's mode (restore_backup keeps neither for a file
+    it has to create). The file being replaced is itself backed up first, so
+    a second rollback undoes the first.
+
+    "Changed by the last deploy" means: its newest backup is at most
+    ``window`` seconds older than the newest backup of any managed file. A
+    file the last deploy left alone keeps its current content (restoring an
+    older backup of, say, localusers.backup could drop a newly listed
+    operator); it is listed under ``unchanged_by_last_deploy``. With
+    ``everything=True`` every managed file goes back to its newest backup.
+    Files with no backup at all (new in the last deploy) are listed under
+    ``no_backup`` and left in place.
 
     Use it when a deploy must be undone at once (the SOP's triggers: a health
     check fails, a checksum is not the expected one, slurmd logs ``epilog
@@ -835,23 +845,36 @@ def rollback(test=None):
 
         salt 'slurm-work-*' epilog.rollback test=True
         salt -b 1 'slurm-work-*' epilog.rollback
+        salt 'slurm-work-01' epilog.rollback everything=True
     """
+    import datetime  # pylint: disable=import-outside-toplevel
+
     if test is None:
         test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
     files, _ = _managed()
-    report = {"result": True, "test": bool(test), "restored": [], "would_restore": [], "no_backup": [], "errors": []}
+    report = {"result": True, "test": bool(test), "restored": [], "would_restore": [], "no_backup": [],
+              "unchanged_by_last_deploy": [], "errors": []}
+    candidates = []
     for item in files:
-        path = item["path"]
-        backups = __salt__["file.list_backups"](path)  # noqa: F821 - a Salt dunder
+        backups = __salt__["file.list_backups"](item["path"])  # noqa: F821 - a Salt dunder
         if not backups:
-            report["no_backup"].append(path)
+            report["no_backup"].append(item["path"])
             continue
-        newest = backups[min(backups, key=int)]
+        newest_id = min(backups, key=int)
+        newest = backups[newest_id]
+        when = datetime.datetime.strptime(newest["Backup Time"], "%a %b %d %Y %H:%M:%S.%f")
+        candidates.append((item, newest_id, newest, when))
+    latest = max((when for *_, when in candidates), default=None)
+    for item, newest_id, newest, when in candidates:
+        path = item["path"]
+        if not everything and (latest - when).total_seconds() > float(window):
+            report["unchanged_by_last_deploy"].append(path)
+            continue
         entry = {"path": path, "backup": newest.get("Location"), "time": newest.get("Backup Time")}
         if test:
             report["would_restore"].append(entry)
             continue
-        ret = __salt__["file.restore_backup"](path, min(backups, key=int))  # noqa: F821 - a Salt dunder
+        ret = __salt__["file.restore_backup"](path, newest_id)  # noqa: F821 - a Salt dunder
         if not ret.get("result"):
             report["errors"].append(f"{path}: {ret.get('comment')}")
             continue

@@ -2,17 +2,43 @@
     else: the scripts, epilog_sweep.py and localusers.backup, then epilog.d/
     and prolog.d/ only if they are empty (a site's own parts stay). It leaves
     slurm_config_dir, the ssh allow file, the log and the python3 package.
+    It refuses, removing nothing, while slurm.conf still names the runners.
       salt 'slurm-work-*' state.apply epilog.clean test=True #}
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import epilog with context %}
 {%- import_yaml tplroot ~ "/layout.yaml" as layout %}
 {%- set confdir = epilog.slurm_config_dir %}
 
+{#- Removing epilog.sh while slurm.conf's Epilog= still names it would drain
+    the node at its next job end: refuse until slurm.conf no longer does. #}
+{%- set still_wired = [] %}
+{%- for conf in [confdir ~ '/slurm.conf', '/etc/slurm/slurm.conf'] | unique %}
+{%-   if salt['file.file_exists'](conf) %}
+{%-     set text = salt['file.read'](conf) %}
+{%-     for script in ['epilog.sh', 'prolog.sh'] %}
+{%-       if text | regex_search('(?mi)^[^#\n]*(epilog|prolog)[ \t]*=[ \t]*' ~ ((confdir ~ '/' ~ script) | regex_escape) ~ '([ \t#]|$)') %}
+{%-         do still_wired.append(conf ~ ' names ' ~ confdir ~ '/' ~ script) %}
+{%-       endif %}
+{%-     endfor %}
+{%-   endif %}
+{%- endfor %}
+
+epilog-clean-slurm-conf-no-longer-wired-test:
+{%- if still_wired %}
+  test.fail_without_changes:
+    - name: {{ ('refusing to remove the chain: ' ~ (still_wired | join('; ')) ~ '. Remove Epilog=/Prolog= from slurm.conf and run scontrol reconfigure first, or slurmd drains the node at its next job end') | json }}
+{%- else %}
+  test.succeed_without_changes:
+    - name: slurm.conf does not name the chain
+{%- endif %}
+
 {%- for file in (layout.scripts | reverse | list) + (layout.data | reverse | list) %}
 
 epilog-clean-{{ file.id }}-file-absent:
   file.absent:
     - name: {{ (confdir ~ '/' ~ file.path) | json }}
+    - require:
+      - test: epilog-clean-slurm-conf-no-longer-wired-test
 {%- endfor %}
 
 {%- for sub in layout.directories | reverse %}

@@ -9,6 +9,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -146,8 +147,33 @@ def test_rollback_restores_the_previous_version_with_its_mode(node):
     assert node.run("verify")["result"] is False, "after a rollback the node differs from the pillar"
 
 
+def test_rollback_leaves_files_the_last_deploy_did_not_change(node):
+    """Deploy 1 changes localusers.backup; deploy 2, later, changes only the
+    runners. Rolling back deploy 2 must not take localusers.backup back to
+    before deploy 1 (that could drop a newly listed operator)."""
+    node.set_pillar(localusers=["root"], part_timeout=30)
+    node.apply()
+    node.set_pillar(localusers=["root", "je.kim"], part_timeout=30)
+    node.apply()
+    listed = (node.conf_dir / "localusers.backup").read_bytes()
+    time.sleep(2.5)
+    node.set_pillar(localusers=["root", "je.kim"], part_timeout=40)
+    node.apply()
+    report = node.run("rollback", "window=2")
+    assert {e["path"] for e in report["restored"]} == {str(node.conf_dir / "epilog.sh"), str(node.conf_dir / "prolog.sh")}
+    assert report["unchanged_by_last_deploy"] == [str(node.conf_dir / "localusers.backup")]
+    assert (node.conf_dir / "localusers.backup").read_bytes() == listed
+    everything = node.run("rollback", "everything=True", "test=True")
+    assert str(node.conf_dir / "localusers.backup") in {e["path"] for e in everything["would_restore"]}
+
+
 def test_clean_removes_what_the_formula_laid_down_and_nothing_else(node):
     node.apply()
+    (node.conf_dir / "slurm.conf").write_text(f"ClusterName=x\nEpilog={node.conf_dir}/epilog.sh\n")
+    refused = node.call("state.apply", "epilog.clean")
+    assert refused.returncode != 0
+    assert "refusing to remove the chain" in refused.stdout and "scontrol reconfigure" in refused.stdout
+    assert (node.conf_dir / "epilog.sh").exists(), "clean removed the runner slurm.conf still names"
     own = node.conf_dir / "epilog.d/99-site-own-part"
     own.write_text("#!/bin/bash\nexit 0\n")
     (node.conf_dir / "slurm.conf").write_text("ClusterName=x\n")
