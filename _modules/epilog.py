@@ -289,8 +289,8 @@ class _Sweep:
             return True
         try:
             now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            if (now.st_ino, now.st_dev, stat.S_IFMT(now.st_mode)) != (
-                expect.st_ino, expect.st_dev, stat.S_IFMT(expect.st_mode)):
+            if (now.st_ino, now.st_dev, stat.S_IFMT(now.st_mode), now.st_ctime_ns) != (
+                expect.st_ino, expect.st_dev, stat.S_IFMT(expect.st_mode), expect.st_ctime_ns):
                 self.keep(kind, path, "changed while the sweep ran")
                 return False
             if stat.S_ISDIR(now.st_mode):
@@ -761,7 +761,7 @@ def verify():
             syntax = subprocess.run(["/bin/bash", "-n", path], capture_output=True, text=True, check=False)
             if syntax.returncode != 0:
                 problems.append(f"{path} fails bash -n: {syntax.stderr.strip()}")
-    for path in dirs:
+    for path in dirs + [settings["slurm_config_dir"]]:
         try:
             st = os.lstat(path)
         except FileNotFoundError:
@@ -983,7 +983,10 @@ def explain(user):
     """
     settings = _settings()
     backup = os.path.join(settings["slurm_config_dir"], "localusers.backup")
-    answer, why = _listed(user, backup)
+    if not re.fullmatch(r"[A-Za-z0-9._@-]+", str(user)):
+        answer, why = "unusual name", "the parts do nothing for an empty or unusual job user name"
+    else:
+        answer, why = _listed(user, backup)
     try:
         import pwd  # pylint: disable=import-outside-toplevel
         uid = pwd.getpwnam(user).pw_uid

@@ -13,9 +13,13 @@ include:
     verbatim so that part 45 runs the same code with the system python3 and
     no Salt. The master's (or salt-call's) file_roots must include the repo
     root for salt://_modules/. #}
-epilog-sweep-python3-pkg-installed:
+{#- What the parts run beyond Debian's essential set: python3 (part 45's
+    sweep), procps (pgrep, kill). #}
+epilog-parts-tools-pkg-installed:
   pkg.installed:
-    - name: python3
+    - pkgs:
+      - python3
+      - procps
 
 epilog-sweep-module-file-managed:
   file.managed:
@@ -27,7 +31,7 @@ epilog-sweep-module-file-managed:
     - backup: minion
     - check_cmd: /usr/bin/python3 -I -B -c "import sys; compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')"
     - require:
-      - pkg: epilog-sweep-python3-pkg-installed
+      - pkg: epilog-parts-tools-pkg-installed
       - file: epilog-config-epilog-d-file-directory
 
 {%- for script in layout.scripts %}

@@ -14,9 +14,9 @@ SCRIPTS = [
     "epilog.d/40-lastuserjob-processes", "epilog.d/41-lastuserjob-ssh", "epilog.d/42-lastuserjob-cleanup",
     "epilog.d/45-stale-x-display", "prolog.d/50-exclusive-ssh",
 ]
-# 2 directories, localusers.backup, 7 scripts, epilog_sweep.py, python3 package
+# 2 directories, localusers.backup, 7 scripts, epilog_sweep.py, the packages
 STATE_COUNT = 12
-ALREADY_THERE = {"epilog-sweep-python3-pkg-installed"}  # a package is never "pending" on a node that has it
+ALREADY_THERE = {"epilog-parts-tools-pkg-installed"}  # a package is never "pending" on a node that has it
 
 
 def sandbox(tmp_path):
