@@ -1,6 +1,7 @@
 """The state `epilog`, applied by a real salt-call (file_client: local) to a
 sandbox slurm_config_dir: preview, idempotence, backups, the bash -n gate,
 ownership and modes, and every bad-pillar case."""
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -186,3 +187,20 @@ def test_readme_test_command_is_what_ci_runs():
     ci = (REPO / ".ci/run").read_text()
     command = next(line.strip() for line in ci.splitlines() if line.strip().startswith("bash .ci/setup &&"))
     assert command in readme
+
+
+def test_saltfile_makes_salt_call_work_from_the_repo_root(tmp_path):
+    """The operator's masterless run: from the repo root, the Saltfile alone
+    wires salt-call to salt/, pillar/ and _modules/ (no --config-dir)."""
+    c = sandbox(tmp_path)
+    pillar = json.dumps(c.pillar())
+    ret = subprocess.run([str(REPO / ".venv/bin/salt-call"), "--out=json", "state.apply", "epilog", f"pillar={pillar}"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert ret.returncode == 0, ret.stderr[-2000:]
+    states = json.loads(ret.stdout)["local"]
+    assert len(states) == STATE_COUNT and all(s["result"] for s in states.values())
+    assert (c.conf_dir / "epilog_sweep.py").read_bytes() == (REPO / "_modules/epilog.py").read_bytes()
+    sweep = subprocess.run([str(REPO / ".venv/bin/salt-call"), "--out=json", "epilog.sweep", "test=True"],
+                           cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert sweep.returncode == 0, sweep.stderr[-2000:]
+    assert json.loads(sweep.stdout)["local"]["test"] is True
