@@ -37,11 +37,13 @@ never leaves /tmp, never opens a FIFO, and stops when its time budget runs out.
 """
 
 import argparse
+import errno
 import json
 import os
 import re
 import socket
 import stat
+import struct
 import subprocess
 import sys
 import time
@@ -66,15 +68,17 @@ DEFAULTS = {
     "slurm_config_dir": "/etc/slurm",
     "localusers": ["root"],
     "ssh_allow_file": "/etc/localusers",
-    "log_file": "/var/log/slurm/epilog.log",
+    "log_file": "/var/log/slurm-epilog/epilog.log",
     "slurmd_spool_dir": "/var/spool/slurmd",
     "scratch_patterns": ["slurm{jobid}*", "vcs*{jobid}*"],
     "sweep_budget": 10,
+    "part_timeout": 20,
+    "chain_timeout": 100,
     "squeue_timeout": 5,
 }
 # The PATH every laid-down script sets, and the tools its parts run.
 SCRIPT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-TOOLS = ["bash", "timeout", "grep", "id", "setpriv", "kill", "flock", "cp", "mv", "find", "pgrep", "python3", "logger"]
+TOOLS = ["bash", "timeout", "grep", "id", "stat", "perl", "flock", "cp", "mv", "find", "pgrep", "python3", "logger"]
 
 KINDS = ("x_socket", "x_lock", "clsbd", "scratch")
 X_SOCKET_NAME = re.compile(r"X(0|[1-9][0-9]{0,4})\Z")
@@ -99,32 +103,72 @@ def _show(name):
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
+def _root_only(directory):
+    """True when DIRECTORY is a real directory (not a symlink) owned by root
+    and writable by no group and no other user, and each of its ancestors is
+    a real directory of root's that nobody else can write either, or sticky
+    (nobody else can then rename or remove root's entry in it): no other
+    account can plant or swap anything on the way. The epilog parts open the
+    log only in such a directory; the state lays the log directory down so,
+    and the runner checks it the same way (epilog_root_only)."""
+    path, last = os.path.abspath(directory), True
+    while True:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
+            return False
+        if st.st_mode & 0o022 and (last or not st.st_mode & stat.S_ISVTX):
+            return False
+        if path == "/":
+            return True
+        path, last = os.path.dirname(path), False
+
+
 class _Log:
     """Best-effort log: one line to the log file, one datagram to /dev/log.
-    Never raises and never blocks (the syslog socket is non-blocking)."""
+    Never raises and never blocks (the syslog socket is non-blocking).
 
-    def __init__(self, log_file, source, job=None, user=None, enabled=True):
+    The file is LOG_FD when the epilog part hands its open log over, else
+    LOG_FILE, opened only in a directory only root can write, without
+    following a symlink, without blocking, and only when it is a regular file
+    with no other hard link."""
+
+    def __init__(self, log_file, source, job=None, user=None, enabled=True, log_fd=None):
         self.log_file = log_file
-        self.prefix = f"{source} job={job or 'none'} user={user or 'none'}: "
+        self.log_fd = log_fd
+        self.prefix = f"{source} job={job or 'none'} user={_show(user) if user else 'none'}: "
         self.enabled = enabled
+
+    def _open(self):
+        if self.log_fd is not None:
+            return self.log_fd, False
+        if not self.log_file or not _root_only(os.path.dirname(self.log_file) or "/"):
+            return None, False
+        fd = os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_NOCTTY | os.O_CLOEXEC, 0o644)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            os.close(fd)
+            return None, False
+        return fd, True
 
     def __call__(self, level, message):
         if not self.enabled:
             return
         line = self.prefix + message
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        if self.log_file:
-            try:
-                # Never through a symlink, never blocking on a FIFO, only into a regular file.
-                fd = os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                             | os.O_NOCTTY | os.O_CLOEXEC, 0o644)
+        try:
+            fd, close = self._open()
+            if fd is not None:
                 try:
-                    if stat.S_ISREG(os.fstat(fd).st_mode):
-                        os.write(fd, f"{stamp} {level} {line}\n".encode("utf-8", "backslashreplace"))
+                    os.write(fd, f"{stamp} {level} {line}\n".encode("utf-8", "backslashreplace"))
                 finally:
-                    os.close(fd)
-            except OSError:
-                pass
+                    if close:
+                        os.close(fd)
+        except OSError:
+            pass
         priority = 3 * 8 + (4 if level == "warning" else 6)  # facility daemon
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
@@ -136,6 +180,119 @@ class _Log:
 
 class _Budget(Exception):
     """The time budget ran out."""
+
+
+class _Unjudged(Exception):
+    """One entry could not be judged: it is kept and reported, and the sweep
+    goes on with the next one."""
+
+
+# -- held sockets: the kernel's socket diagnostics, per network namespace -----
+NETLINK_SOCK_DIAG = 4
+SOCK_DIAG_BY_FAMILY = 20
+NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+UDIAG_SHOW_VFS = 0x2
+UNIX_DIAG_VFS = 1
+CLONE_NEWNET = 0x40000000
+
+
+def _setns(fd):
+    setns = getattr(os, "setns", None)  # Python 3.12 and later
+    if setns is not None:
+        setns(fd, CLONE_NEWNET)
+        return
+    import ctypes  # pylint: disable=import-outside-toplevel
+
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _bound_files_here():
+    """{(st_dev, st_ino): socket inode} of every file a unix socket of this
+    network namespace is bound to, as the kernel reports it
+    (NETLINK_SOCK_DIAG, UNIX_DIAG_VFS): the bound file's own identity, which
+    no user can print or forge, unlike the names in /proc/net/unix."""
+    found = {}
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_SOCK_DIAG) as nl:
+        nl.settimeout(5)
+        # struct unix_diag_req: family, protocol, pad, states, ino, show, cookie[2]
+        req = struct.pack("=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, 0, UDIAG_SHOW_VFS, 0xFFFFFFFF, 0xFFFFFFFF)
+        nl.sendto(struct.pack("=IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + req,
+                  (0, 0))
+        while True:
+            data = nl.recv(1 << 16)
+            off = 0
+            while off + 16 <= len(data):
+                length, kind = struct.unpack_from("=IH", data, off)
+                if length < 16:
+                    raise OSError("malformed netlink message")
+                if kind == NLMSG_DONE:
+                    return found
+                if kind == NLMSG_ERROR:
+                    raise OSError(-struct.unpack_from("=i", data, off + 16)[0], "sock_diag refused the dump")
+                # struct unix_diag_msg: family, type, state, pad, ino, cookie[2]
+                sock_ino = struct.unpack_from("=I", data, off + 16 + 4)[0]
+                attr, end = off + 16 + 16, off + length
+                while attr + 4 <= end:
+                    alen, atype = struct.unpack_from("=HH", data, attr)
+                    if alen < 4:
+                        break
+                    if atype == UNIX_DIAG_VFS and alen >= 12:
+                        ino, kdev = struct.unpack_from("=II", data, attr + 4)
+                        # The kernel's s_dev (major << 20 | minor) as stat reports it.
+                        found[(os.makedev(kdev >> 20, kdev & 0xFFFFF), ino)] = sock_ino
+                    attr += (alen + 3) & ~3
+                off += (length + 3) & ~3
+
+
+def bound_socket_files(deadline=None):
+    """{(st_dev, st_ino): socket inode} of the files bound by unix sockets in
+    every network namespace a process is in, or None when the diagnostics
+    cannot be read (then no socket can be called an orphan). Inode numbers
+    are the kernel's 32 bits."""
+    spaces = {}
+    try:
+        pids = [entry.name for entry in os.scandir("/proc") if entry.name.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            spaces.setdefault(os.readlink(f"/proc/{pid}/ns/net"), pid)
+        except OSError:
+            continue
+    try:
+        home = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    found = {}
+    try:
+        mine = os.readlink("/proc/self/ns/net")
+        found.update(_bound_files_here())
+        for space, pid in spaces.items():
+            if space == mine:
+                continue
+            if deadline is not None and time.monotonic() > deadline:
+                raise _Budget()
+            try:
+                fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue  # the process is gone, and its namespace with it
+            try:
+                _setns(fd)
+                try:
+                    found.update(_bound_files_here())
+                finally:
+                    _setns(home)
+            finally:
+                os.close(fd)
+    except (OSError, struct.error):
+        return None
+    finally:
+        os.close(home)
+    return found
 
 
 class _Sweep:
@@ -153,6 +310,7 @@ class _Sweep:
             "removed": [],
             "would_remove": [],
             "kept": [],
+            "unjudged": [],
             "errors": [],
             "skipped": [],
             "counts": {kind: {"removed": 0, "kept": 0} for kind in KINDS},
@@ -161,14 +319,20 @@ class _Sweep:
         }
         self._candidates = []
         self._decided = set()
-        self._alive = {}
-        self._holders = None
+        self._owners = {}
+        self._holders = {}
 
     # -- bookkeeping -------------------------------------------------------
     def keep(self, kind, path, reason):
         self._decided.add(path)
         self.report["kept"].append({"path": _show(path), "kind": kind, "reason": reason})
         self.report["counts"][kind]["kept"] += 1
+
+    def unjudged(self, kind, path, why):
+        """PATH could not be judged: kept, reported, and the sweep goes on."""
+        self.keep(kind, path, f"could not be judged: {why}")
+        self.report["unjudged"].append(f"{_show(path)}: {why}")
+        self.log("warning", f"sweep kept {_show(path)}: could not be judged: {why}")
 
     def error(self, path, message):
         self._decided.add(path)
@@ -179,34 +343,49 @@ class _Sweep:
         if time.monotonic() > self.deadline:
             raise _Budget()
 
+    def lstat_at(self, dir_fd, name):
+        """lstat NAME in DIR_FD; None when it is gone; _Unjudged when the
+        kernel refuses (a FUSE mount of another user answers EACCES)."""
+        try:
+            return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _Unjudged(f"lstat failed ({exc.strerror})") from exc
+
     # -- facts about processes -------------------------------------------
-    def alive(self, pid):
-        """pid is a live (not zombie) process; False for 0 and out of range."""
-        if pid in self._alive:
-            return self._alive[pid]
-        result = False
+    def uids(self, pid):
+        """(real, effective, saved) uids of live process PID, or None when
+        there is none. A zombie is dead, unless its other threads still run.
+        Read from /proc, never from kill -0, which succeeds on a zombie."""
+        if pid in self._owners:
+            return self._owners[pid]
+        result = None
         if pid > 0:
             try:
-                with open(f"/proc/{pid}/stat", "rb") as handle:
-                    result = handle.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-            except (OSError, IndexError):
-                # No /proc entry: ask the kernel. Only "no such process" is
-                # dead; anything else (a zombie, no rights) counts as alive.
-                try:
-                    os.kill(pid, 0)
-                    result = True
-                except ProcessLookupError:
-                    result = False
-                except OSError:
-                    result = True
-        self._alive[pid] = result
+                with open(f"/proc/{pid}/status", "rb") as handle:
+                    fields = dict(line.split(b":", 1) for line in handle.read().splitlines() if b":" in line)
+                state = fields[b"State"].split()[0]
+                if state not in (b"Z", b"X") or int(fields.get(b"Threads", b"1")) > 1:
+                    result = tuple(int(uid) for uid in fields[b"Uid"].split()[:3])
+            except (OSError, KeyError, IndexError, ValueError):
+                result = None
+        self._owners[pid] = result
         return result
+
+    def alive_as(self, pid, uid):
+        """PID is a live process running as UID (the owner of the file that
+        names it). A pid written in a file is evidence only of the file
+        owner's own process: a user cannot pin a display by writing pid 1
+        into a lock of theirs."""
+        uids = self.uids(pid)
+        return uids is not None and uid in uids
 
     @staticmethod
     def comm(pid):
         try:
             with open(f"/proc/{pid}/comm", "rb") as handle:
-                return handle.read().strip().decode("utf-8", "backslashreplace")
+                return _show(handle.read().strip().decode("utf-8", "backslashreplace"))
         except OSError:
             return "?"
 
@@ -218,43 +397,36 @@ class _Sweep:
         except (OSError, ValueError):
             return 4194304
 
-    def bound_x_sockets(self):
-        """{display: socket inode} for /tmp/.X11-unix/X<N> paths bound in any
-        network namespace's unix socket table: one pass over /proc to find
-        the namespaces, one read of each table. None when no table is readable
-        (then nothing can be called an orphan)."""
-        tables = {}
+    def listener_answers(self, x_fd, name, st):
+        """Does a live socket still listen on the socket file NAME? A second,
+        independent fact before an orphan is removed: a non-blocking connect
+        to the very inode judged (through an O_PATH handle, so the path is not
+        resolved again): refused means nobody holds it. None when the answer
+        is anything else."""
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=x_fd)
         try:
-            pids = [entry.name for entry in os.scandir("/proc") if entry.name.isdigit()]
-        except OSError:
-            pids = []
-        for pid in pids:
-            try:
-                netns = os.readlink(f"/proc/{pid}/ns/net")
-            except OSError:
-                continue
-            tables.setdefault(netns, f"/proc/{pid}/net/unix")
-        sources = list(tables.values()) or ["/proc/net/unix"]
-        bound, read_any = {}, False
-        prefix = f"{TMP}/{X11_DIR}/X"
-        for source in sources:
-            try:
-                with open(source, "rb") as handle:
-                    lines = handle.read().decode("utf-8", "surrogateescape").splitlines()[1:]
-            except OSError:
-                continue
-            read_any = True
-            for line in lines:
-                fields = line.split(None, 7)
-                if len(fields) == 8 and fields[7].startswith(prefix):
-                    match = X_SOCKET_NAME.match(fields[7][len(prefix) - 1:])
-                    if match:
-                        bound.setdefault(int(match.group(1)), int(fields[6]))
-        return bound if read_any else None
+            if not os.path.samestat(st, os.fstat(fd)):
+                raise _Unjudged("changed while the sweep ran")
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.setblocking(False)
+                try:
+                    probe.connect(f"/proc/self/fd/{fd}")
+                except ConnectionRefusedError:
+                    return False
+                except (BlockingIOError, InterruptedError):
+                    return True  # a full backlog: a listener is there
+                except OSError as exc:
+                    if exc.errno == errno.EPROTOTYPE:
+                        return True  # bound by a socket of another type
+                    raise _Unjudged(f"connect failed ({exc.strerror})") from exc
+                return True
+        finally:
+            os.close(fd)
 
     def holders(self, inodes):
         """{socket inode: (pid, comm)}: one pass over /proc/*/fd, done only
-        when some X socket is held, to name who holds it."""
+        when some X socket is held, to name who holds it (a report, not
+        evidence: "held" comes from the socket diagnostics)."""
         wanted = {f"socket:[{inode}]": inode for inode in inodes}
         found = {}
         try:
@@ -270,61 +442,79 @@ class _Sweep:
                 continue
             for fd in fds:
                 try:
-                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    inode = wanted.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
                 except OSError:
                     continue
-                inode = wanted.get(target)
                 if inode is not None and inode not in found:
                     found[inode] = (int(pid), self.comm(pid))
         return found
 
     # -- removal -----------------------------------------------------------
     def remove(self, kind, dir_fd, name, path, expect):
-        """Unlink NAME relative to DIR_FD if it is still the entry we judged."""
+        """Unlink NAME relative to DIR_FD if it is still the entry we judged;
+        a directory goes only as far as its entries are the job uid's. With
+        test=True the same judgement is made, and nothing is removed."""
         self.check_budget()
         self._decided.add(path)
-        if self.test:
-            self.report["would_remove"].append(_show(path))
-            self.report["counts"][kind]["removed"] += 1
-            return True
         try:
             now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             if (now.st_ino, now.st_dev, stat.S_IFMT(now.st_mode), now.st_ctime_ns) != (
-                expect.st_ino, expect.st_dev, stat.S_IFMT(expect.st_mode), expect.st_ctime_ns):
+                    expect.st_ino, expect.st_dev, stat.S_IFMT(expect.st_mode), expect.st_ctime_ns):
                 self.keep(kind, path, "changed while the sweep ran")
                 return False
             if stat.S_ISDIR(now.st_mode):
-                self._rmtree_at(dir_fd, name, now.st_dev)
-            else:
+                if not self._remove_tree(kind, dir_fd, name, path, now):
+                    return False
+            elif not self.test:
                 os.unlink(name, dir_fd=dir_fd)
         except FileNotFoundError:
             return False
         except (OSError, RecursionError) as exc:
             self.error(path, f"could not remove: {exc}")
             return False
-        self.report["removed"].append(_show(path))
+        self.report["would_remove" if self.test else "removed"].append(_show(path))
         self.report["counts"][kind]["removed"] += 1
         return True
 
-    def _rmtree_at(self, parent_fd, name, dev):
-        """Remove a directory tree relative to PARENT_FD: never follows a
-        symlink, never crosses into another file system."""
-        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
-        if not stat.S_ISDIR(st.st_mode):
-            os.unlink(name, dir_fd=parent_fd)
-            return
-        if st.st_dev != dev:
-            raise OSError(f"{_show(name)} is on another file system")
+    def _remove_tree(self, kind, parent_fd, name, path, st):
+        """Remove the directory NAME (owned by the job's uid) relative to
+        PARENT_FD as far as it holds only the job uid's entries, at every
+        depth: another account's entry stays, with the directories on the
+        path to it, and both are reported. Never follows a symlink, never
+        leaves the file system. True when the whole tree went (or would go)."""
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+        whole = True
         try:
             if not os.path.samestat(st, os.fstat(fd)):
-                raise OSError(f"{_show(name)} changed while the sweep ran")
-            for entry in os.scandir(fd):
+                raise OSError(f"{_show(path)} changed while the sweep ran")
+            for entry in os.listdir(fd):
                 self.check_budget()
-                self._rmtree_at(fd, entry.name, dev)
+                child = f"{path}/{entry}"
+                try:
+                    sub = os.stat(entry, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    self.unjudged(kind, child, f"lstat failed ({exc.strerror})")
+                    whole = False
+                    continue
+                if sub.st_uid != self.uid:
+                    self.keep(kind, child, f"owned by uid {sub.st_uid}, not the job's uid {self.uid}")
+                    whole = False
+                elif sub.st_dev != st.st_dev:
+                    self.keep(kind, child, "on another file system (a mount point)")
+                    whole = False
+                elif stat.S_ISDIR(sub.st_mode):
+                    whole = self._remove_tree(kind, fd, entry, child, sub) and whole
+                elif not self.test:
+                    os.unlink(entry, dir_fd=fd)
         finally:
             os.close(fd)
-        os.rmdir(name, dir_fd=parent_fd)
+        if not whole:
+            self.keep(kind, path, "on the path to entries of another account, kept with them")
+        elif not self.test:
+            os.rmdir(name, dir_fd=parent_fd)
+        return whole
 
     # -- the decision table ------------------------------------------------
     def read_lock(self, tmp_fd, name, st):
@@ -393,30 +583,45 @@ class _Sweep:
         try:
             self._displays(tmp_fd, x_fd, sockets, locks)
             for name in clsbd:
-                self._clsbd(tmp_fd, name)
+                self._one("clsbd", f"{TMP}/{name}", self._clsbd, tmp_fd, name)
             for name in scratch:
-                path = f"{TMP}/{name}"
-                try:
-                    st = os.stat(name, dir_fd=tmp_fd, follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                if st.st_uid != self.uid:
-                    # Only the job's user's own entries are its scratch.
-                    self.keep("scratch", path, f"owned by uid {st.st_uid}, not the job's uid {self.uid}")
-                    continue
-                if self.remove("scratch", tmp_fd, name, path, st):
-                    self.log("info", f"job scratch purged: {_show(path)}")
+                self._one("scratch", f"{TMP}/{name}", self._scratch, tmp_fd, name)
         finally:
             if x_fd is not None:
                 os.close(x_fd)
 
+    def _one(self, kind, path, judge, *args):
+        """Judge one entry; whatever goes wrong with it stays with it."""
+        try:
+            judge(*args)
+        except _Unjudged as exc:
+            self.unjudged(kind, path, str(exc))
+        except (OSError, ValueError) as exc:
+            self.unjudged(kind, path, f"{type(exc).__name__}: {exc}")
+
+    def _scratch(self, tmp_fd, name):
+        path = f"{TMP}/{name}"
+        st = self.lstat_at(tmp_fd, name)
+        if st is None:
+            return
+        if st.st_uid != self.uid:
+            # Only the job's user's own entries are its scratch.
+            self.keep("scratch", path, f"owned by uid {st.st_uid}, not the job's uid {self.uid}")
+            return
+        if self.remove("scratch", tmp_fd, name, path, st):
+            self.log("info", f"job scratch purged: {_show(path)}")
+
     def _x11_entries(self, tmp_fd):
         """{display: (name, lstat)} of the sockets in /tmp/.X11-unix, and an
-        open handle on it; ({}, None) when it is absent or not safe."""
+        open handle on it; ({}, None) when it is absent or not safe. An entry
+        that cannot be looked at is reported and kept; the others go on."""
         path = f"{TMP}/{X11_DIR}"
         try:
             st = os.stat(X11_DIR, dir_fd=tmp_fd, follow_symlinks=False)
         except FileNotFoundError:
+            return {}, None
+        except OSError as exc:
+            self.report["skipped"].append(f"{path}: cannot look at it ({exc.strerror}); its entries are left alone")
             return {}, None
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
             why = f"not a real directory ({_kind_of(st)})" if not stat.S_ISDIR(st.st_mode) else f"owned by uid {st.st_uid}, not root"
@@ -428,20 +633,27 @@ class _Sweep:
         except OSError as exc:
             self.report["skipped"].append(f"{path}: cannot open ({exc.strerror})")
             return {}, None
-        if not os.path.samestat(st, os.fstat(x_fd)):
+        try:
+            if not os.path.samestat(st, os.fstat(x_fd)):
+                raise OSError("changed while the sweep ran")
+            names = os.listdir(x_fd)
+        except OSError as exc:
             os.close(x_fd)
-            self.report["skipped"].append(f"{path}: changed while the sweep ran")
+            self.report["skipped"].append(f"{path}: {exc}")
             return {}, None
         sockets = {}
-        for name in os.listdir(x_fd):
+        for name in names:
             entry_path = f"{path}/{name}"
             match = X_SOCKET_NAME.match(name)
             if not match:
                 self.keep("x_socket", entry_path, "malformed name")
                 continue
             try:
-                entry = os.stat(name, dir_fd=x_fd, follow_symlinks=False)
-            except FileNotFoundError:
+                entry = self.lstat_at(x_fd, name)
+            except _Unjudged as exc:
+                self.unjudged("x_socket", entry_path, str(exc))
+                continue
+            if entry is None:
                 continue
             if not stat.S_ISSOCK(entry.st_mode):
                 self.keep("x_socket", entry_path, f"not a socket ({_kind_of(entry)})")
@@ -450,62 +662,76 @@ class _Sweep:
         return sockets, x_fd
 
     def _displays(self, tmp_fd, x_fd, sockets, locks):
-        bound = self.bound_x_sockets() if sockets else {}
-        held = {n: bound[n] for n in sockets if bound and n in bound}
-        holders = self.holders(held.values()) if held else {}
+        bound = bound_socket_files(self.deadline) if sockets else {}
+        held = [bound[(st.st_dev, st.st_ino & 0xFFFFFFFF)] for _, st in sockets.values()
+                if bound and (st.st_dev, st.st_ino & 0xFFFFFFFF) in bound]
+        self._holders = self.holders(held) if held else {}
         for display in sorted(set(sockets) | set(locks)):
             self.check_budget()
-            lock_name = locks.get(display)
-            lock_pid, lock_problem, lock_st = None, None, None
-            if lock_name:
-                lock_path = f"{TMP}/{lock_name}"
-                try:
-                    lock_st = os.stat(lock_name, dir_fd=tmp_fd, follow_symlinks=False)
-                    lock_pid, lock_problem = self.read_lock(tmp_fd, lock_name, lock_st)
-                except FileNotFoundError:
-                    lock_name = None
-            sock = sockets.get(display)
             sock_path = f"{TMP}/{X11_DIR}/X{display}"
-            purged = False
-            if sock:
-                if bound is None:
-                    reason = "unknown: no socket table readable, cannot tell whether held"
-                    self.keep("x_socket", sock_path, reason)
-                    if lock_name:
-                        self.keep("x_lock", lock_path, reason)
-                    continue
-                if display in held:
-                    pid_comm = holders.get(held[display])
-                    reason = (f"held by pid {pid_comm[0]} ({pid_comm[1]})" if pid_comm
-                              else f"held: bound in the socket table (inode {held[display]})")
-                    self.keep("x_socket", sock_path, reason)
-                    if lock_name:
-                        self.keep("x_lock", lock_path, f"its socket is {reason}")
-                    continue
-                if lock_name and lock_problem:
-                    self.keep("x_socket", sock_path, f"its lock is {lock_problem}; cannot tell whether the display is in use")
-                    self.keep("x_lock", lock_path, lock_problem)
-                    self.log("warning", f"kept display :{display}: lock {_show(lock_path)} is {lock_problem}")
-                    continue
-                if lock_name and self.alive(lock_pid):
-                    reason = f"lock pid {lock_pid} alive ({self.comm(lock_pid)})"
-                    self.keep("x_socket", sock_path, f"orphan socket, but {reason}")
-                    self.keep("x_lock", lock_path, reason)
-                    continue
-                purged = self.remove("x_socket", x_fd, sock[0], sock_path, sock[1])
+            lock_path = f"{TMP}/{locks[display]}" if display in locks else None
+            try:
+                self._display(tmp_fd, x_fd, display, sockets.get(display), locks.get(display), bound)
+            except (_Unjudged, OSError, ValueError) as exc:
+                why = str(exc) if isinstance(exc, _Unjudged) else f"{type(exc).__name__}: {exc}"
+                for kind, path in (("x_socket", sock_path if display in sockets else None), ("x_lock", lock_path)):
+                    if path and path not in self._decided:
+                        self.unjudged(kind, path, why)
+
+    def _display(self, tmp_fd, x_fd, display, sock, lock_name, bound):
+        sock_path = f"{TMP}/{X11_DIR}/X{display}"
+        lock_pid, lock_problem, lock_st, lock_path = None, None, None, None
+        if lock_name:
+            lock_path = f"{TMP}/{lock_name}"
+            lock_st = self.lstat_at(tmp_fd, lock_name)
+            if lock_st is None:
+                lock_name = None
+            else:
+                lock_pid, lock_problem = self.read_lock(tmp_fd, lock_name, lock_st)
+        lock_alive = bool(lock_name and not lock_problem and self.alive_as(lock_pid, lock_st.st_uid))
+        purged = False
+        if sock:
+            name, st = sock
+            if bound is None:
+                reason = "unknown: the kernel's socket diagnostics cannot be read, cannot tell whether held"
+                self.keep("x_socket", sock_path, reason)
                 if lock_name:
-                    purged = self.remove("x_lock", tmp_fd, lock_name, lock_path, lock_st) or purged
-            elif lock_name:
-                if lock_problem:
-                    self.keep("x_lock", lock_path, lock_problem)
-                    self.log("warning", f"kept {_show(lock_path)}: {lock_problem}")
-                    continue
-                if self.alive(lock_pid):
-                    self.keep("x_lock", lock_path, f"lock pid {lock_pid} alive ({self.comm(lock_pid)})")
-                    continue
-                purged = self.remove("x_lock", tmp_fd, lock_name, lock_path, lock_st)
-            if purged:
-                self.log("info", f"stale X display purged: :{display}")
+                    self.keep("x_lock", lock_path, reason)
+                return
+            sock_ino = bound.get((st.st_dev, st.st_ino & 0xFFFFFFFF))
+            if sock_ino is not None or self.listener_answers(x_fd, name, st):
+                holder = self._holders.get(sock_ino)
+                reason = (f"held by pid {holder[0]} ({holder[1]})" if holder else
+                          "held: a live socket is bound to it" if sock_ino is not None else
+                          "held: a listener answers on it")
+                self.keep("x_socket", sock_path, reason)
+                if lock_name:
+                    self.keep("x_lock", lock_path, f"its socket is {reason}")
+                return
+            if lock_name and lock_problem:
+                self.keep("x_socket", sock_path, f"its lock is {lock_problem}; cannot tell whether the display is in use")
+                self.keep("x_lock", lock_path, lock_problem)
+                self.log("warning", f"kept display :{display}: lock {_show(lock_path)} is {lock_problem}")
+                return
+            if lock_alive:
+                reason = f"lock pid {lock_pid} alive ({self.comm(lock_pid)})"
+                self.keep("x_socket", sock_path, f"orphan socket, but {reason}")
+                self.keep("x_lock", lock_path, reason)
+                return
+            purged = self.remove("x_socket", x_fd, name, sock_path, st)
+            if lock_name:
+                purged = self.remove("x_lock", tmp_fd, lock_name, lock_path, lock_st) or purged
+        elif lock_name:
+            if lock_problem:
+                self.keep("x_lock", lock_path, lock_problem)
+                self.log("warning", f"kept {_show(lock_path)}: {lock_problem}")
+                return
+            if lock_alive:
+                self.keep("x_lock", lock_path, f"lock pid {lock_pid} alive ({self.comm(lock_pid)})")
+                return
+            purged = self.remove("x_lock", tmp_fd, lock_name, lock_path, lock_st)
+        if purged:
+            self.log("info", f"stale X display purged: :{display}")
 
     def _clsbd(self, tmp_fd, name):
         self.check_budget()
@@ -514,9 +740,8 @@ class _Sweep:
         if not match:
             self.keep("clsbd", path, "malformed name (expected clsbd.<user>.<pid>)")
             return
-        try:
-            st = os.stat(name, dir_fd=tmp_fd, follow_symlinks=False)
-        except FileNotFoundError:
+        st = self.lstat_at(tmp_fd, name)
+        if st is None:
             return
         if not (stat.S_ISREG(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
             self.keep("clsbd", path, f"not a regular file or socket ({_kind_of(st)})")
@@ -525,7 +750,7 @@ class _Sweep:
         if pid < 1 or pid > self.pid_max():
             self.keep("clsbd", path, f"malformed name: pid {match.group(2)[:12]} out of range")
             return
-        if self.alive(pid):
+        if self.alive_as(pid, st.st_uid):
             self.keep("clsbd", path, f"pid {pid} alive ({self.comm(pid)})")
             return
         if self.remove("clsbd", tmp_fd, name, path, st):
@@ -557,7 +782,7 @@ def _check_args(job, patterns, budget, uid):
         job = str(job)
         if not job.isdigit():
             raise CommandExecutionError(f"job must be a numeric Slurm job id, got {job!r}")
-        if uid is None or not str(uid).isdigit():
+        if uid is None or not str(uid).isdigit() or not 1 <= int(uid) <= 4294967294:
             raise CommandExecutionError("a job's scratch is removed only with the job's user (its uid): give user=")
         uid = int(uid)
     for pattern in patterns:
@@ -575,13 +800,13 @@ def _check_args(job, patterns, budget, uid):
 
 
 def run_sweep(test=False, job=None, patterns=(), budget=10, log_file=None, source="epilog.sweep", user=None,
-              uid=None):
+              uid=None, log_fd=None):
     """The sweep, as both callers run it. With JOB, that job's scratch goes
     too, and only the entries owned by UID. Returns the report dict; raises
     CommandExecutionError when the sweep itself cannot run."""
     job, patterns, budget, uid = _check_args(job, patterns, budget, uid)
     # A preview (test=True) changes nothing, the log included.
-    log = _Log(log_file, source, job=job, user=user, enabled=not test)
+    log = _Log(log_file, source, job=job, user=user, enabled=not test, log_fd=log_fd)
     return _Sweep(bool(test), job, patterns, budget, log, uid=uid).run()
 
 
@@ -677,8 +902,9 @@ def _which(tool):
 
 
 def _slurm_conf_epilog(settings):
-    """(path of slurm.conf read, {key: value} of Epilog, Prolog, PrologFlags
-    and SlurmdSpoolDir, keys lowercased), or (None, {})."""
+    """(path of slurm.conf read, {key: value} of Epilog, Prolog, PrologFlags,
+    SlurmdSpoolDir and the epilog and prolog timeouts, keys lowercased), or
+    (None, {})."""
     candidates = [os.environ.get("SLURM_CONF"), os.path.join(settings["slurm_config_dir"], "slurm.conf"),
                   "/etc/slurm/slurm.conf"]
     for path in filter(None, candidates):
@@ -691,10 +917,40 @@ def _slurm_conf_epilog(settings):
         for line in text.splitlines():
             for word in line.split("#", 1)[0].split():
                 key, _, value = word.partition("=")
-                if key.lower() in ("epilog", "prolog", "prologflags", "slurmdspooldir"):
+                if key.lower() in ("epilog", "prolog", "prologflags", "slurmdspooldir", "epilogtimeout",
+                                   "prologtimeout", "prologepilogtimeout"):
                     found[key.lower()] = value
         return path, found
     return None, {}
+
+
+def _chain_time_problems(settings, conf_found):
+    """The chain's worst case against its own deadline, and that deadline
+    against Slurm's: a part gets part_timeout plus 2 s to die, the squeue
+    fallback squeue_timeout plus 1; slurmd kills an epilog that outlives
+    EpilogTimeout (PrologEpilogTimeout before Slurm 25.05) and drains the
+    node."""
+    problems = []
+    chain = int(settings["chain_timeout"])
+    parts_dir = os.path.join(settings["slurm_config_dir"], "epilog.d")
+    try:
+        parts = [name for name in os.listdir(parts_dir) if re.fullmatch(r"[0-9]{2}-[A-Za-z0-9_-]+", name)
+                 and os.access(os.path.join(parts_dir, name), os.X_OK)]
+    except OSError:
+        parts = []
+    worst = len(parts) * (int(settings["part_timeout"]) + 2) + int(settings["squeue_timeout"]) + 1
+    if worst > chain:
+        problems.append(f"the epilog chain's worst case is {worst} s ({len(parts)} parts x (part_timeout "
+                        f"{settings['part_timeout']} + 2) + squeue_timeout {settings['squeue_timeout']} + 1), above "
+                        f"epilog:chain_timeout {chain}: the last parts would be cut off")
+    for key in ("epilogtimeout", "prologepilogtimeout"):
+        value = conf_found.get(key, "").strip()
+        if value.isdigit():
+            if chain >= int(value):
+                problems.append(f"epilog:chain_timeout ({chain} s) is not below slurm.conf's {key} ({value} s): "
+                                "slurmd would kill a slow epilog and drain the node")
+            break
+    return problems
 
 
 def verify():
@@ -781,8 +1037,19 @@ def verify():
     for tool in TOOLS:
         if not _which(tool):
             problems.append(f"{tool} is not installed (the parts look in {SCRIPT_PATH})")
-    if not os.access("/proc/net/unix", os.R_OK):
-        problems.append("/proc/net/unix is not readable: the sweep cannot tell whether a socket is held")
+    if bound_socket_files() is None:
+        problems.append("the kernel's unix socket diagnostics (NETLINK_SOCK_DIAG) cannot be read: the sweep "
+                        "cannot tell whether an X socket is held, and keeps them all")
+    for key, what in (("log_file", "the parts never open the log"), ("ssh_allow_file", "39 and 50 leave it alone")):
+        directory = os.path.dirname(settings[key]) or "/"
+        if not _root_only(directory):
+            problems.append(f"{directory} (epilog:{key}) is not a directory only root can write (it, or an ancestor "
+                            f"that is not sticky, is a symlink, not root's, or writable by group or others): {what}")
+    if not _root_only(settings["slurmd_spool_dir"]):
+        notes.append(f"{settings['slurmd_spool_dir']} (epilog:slurmd_spool_dir) is not a directory only root can "
+                     "write (Debian's /var/lib/slurm/slurmd belongs to slurm): the last-job check skips its step "
+                     "sockets and asks pgrep, then squeue")
+    problems.extend(_chain_time_problems(settings, conf_found=_slurm_conf_epilog(settings)[1]))
 
     conf, found = _slurm_conf_epilog(settings)
     epilog_sh = os.path.join(settings["slurm_config_dir"], "epilog.sh")
@@ -914,14 +1181,29 @@ def _uid_floor():
     return uid_min, uid_max
 
 
+def _real_stepd(pid):
+    """PID is root's real slurmstepd: real and effective uid 0, and its
+    executable is the slurmstepd on the parts' PATH (what the runner checks)."""
+    stepd = _which("slurmstepd")
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            uids = next(line for line in handle.read().splitlines() if line.startswith(b"Uid:")).split()[1:3]
+        return stepd is not None and uids == [b"0", b"0"] and os.path.samestat(os.stat(f"/proc/{pid}/exe"),
+                                                                                os.stat(stepd))
+    except (OSError, StopIteration):
+        return False
+
+
 def _other_jobs(uid, settings):
     """('yes'|'no'|'unknown', why): does UID have a job on this node? The
-    runner's order: step sockets in SlurmdSpoolDir, then slurmstepd
-    processes holding a process of UID, then squeue."""
+    runner's order and evidence: step sockets in SlurmdSpoolDir when it is
+    slurmd's live spool and only root can write it, then root's real
+    slurmstepd processes holding a process of UID, then squeue."""
     spool = settings["slurmd_spool_dir"]
     sockets = []
     try:
-        if os.path.exists(os.path.join(spool, "cred_state")):
+        cred = os.lstat(os.path.join(spool, "cred_state"))
+        if _root_only(spool) and stat.S_ISREG(cred.st_mode) and cred.st_uid == 0:
             sockets = [e.name for e in os.scandir(spool)
                        if "_" in e.name and stat.S_ISSOCK(e.stat(follow_symlinks=False).st_mode)]
             if not sockets:
@@ -933,7 +1215,7 @@ def _other_jobs(uid, settings):
         if entry.name.isdigit():
             try:
                 with open(f"/proc/{entry.name}/comm", "rb") as handle:
-                    if handle.read().strip() == b"slurmstepd":
+                    if handle.read().strip() == b"slurmstepd" and _real_stepd(entry.name):
                         steps.append(int(entry.name))
             except OSError:
                 continue
@@ -945,11 +1227,11 @@ def _other_jobs(uid, settings):
                 with open(f"/proc/{entry.name}/stat", "rb") as handle:
                     ppid = int(handle.read().rsplit(b")", 1)[1].split()[1])
                 if ppid in steps and os.stat(f"/proc/{entry.name}").st_uid == uid:
-                    return "yes", f"node-local: a job step runs process {entry.name} of uid {uid}"
+                    return "yes", f"node-local: root's slurmstepd {ppid} runs process {entry.name} of uid {uid}"
             except (OSError, ValueError, IndexError):
                 continue
     elif not sockets:
-        return "no", "node-local: no slurmstepd on this node"
+        return "no", "node-local: no slurmstepd of root on this node"
     node = __grains__.get("host", socket.gethostname().split(".")[0])  # noqa: F821 - a Salt dunder
     try:
         ret = subprocess.run(
@@ -1009,8 +1291,8 @@ def explain(user):
     else:
         verdict = None
     acts = {
+        "39-lastuserjob-ssh": f"removes the line {user!r} from {settings['ssh_allow_file']}",
         "40-lastuserjob-processes": f"kills every process of uid {uid}",
-        "41-lastuserjob-ssh": f"removes the line {user!r} from {settings['ssh_allow_file']}",
         "42-lastuserjob-cleanup": f"removes the files of uid {uid} under /tmp and /dev/shm",
     }
     parts = {name: verdict or f"acts: {action}" for name, action in acts.items()}
@@ -1030,28 +1312,39 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     cmd = sub.add_parser("sweep", help="sweep /tmp for X display, clsbd and job scratch residue")
     cmd.add_argument("--test", action="store_true", help="report, remove nothing")
-    cmd.add_argument("--job", help="the ending job's id: also remove its scratch")
+    cmd.add_argument("--job", help="the ending job's id: also remove its scratch (not with --part)")
+    cmd.add_argument("--uid", default=None, help="the job's uid: only its entries are the job's scratch (not with --part)")
     cmd.add_argument("--pattern", action="append", default=[], help="a scratch pattern holding {jobid}")
     cmd.add_argument("--budget", default=DEFAULTS["sweep_budget"], help="seconds the sweep may take")
     cmd.add_argument("--log-file", default=None)
-    cmd.add_argument("--user", default=None, help="the job's user, for log lines")
-    cmd.add_argument("--uid", default=None, help="the job's uid: only its entries are the job's scratch")
-    cmd.add_argument("--part", action="store_true", help="run as the epilog part: always exit 0")
+    cmd.add_argument("--log-fd", type=int, default=None, help="an open log file to append to")
+    cmd.add_argument("--part", action="store_true",
+                     help="run as the epilog part: the job comes from SLURM_JOB_ID, SLURM_JOB_UID and SLURM_JOB_USER; "
+                          "always exit 0")
     cmd.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
+    source, user, job, uid = "epilog_sweep.py", None, args.job or None, args.uid
+    if args.part:
+        # The job's identity comes from slurmd's environment, never from
+        # arguments: a user named -v or --budget=0 never meets the parser.
+        source = "45-stale-x-display"
+        user = os.environ.get("SLURM_JOB_USER") or None
+        job = os.environ.get("SLURM_JOB_ID") or None
+        uid = os.environ.get("SLURM_JOB_UID") or None
+        if not (job and job.isdigit() and uid and uid.isdigit() and 1 <= int(uid) <= 4294967294):
+            job = uid = None  # no scratch without a plain job id and uid
+    log = _Log(args.log_file, source, job, user, log_fd=args.log_fd)
     try:
-        report = run_sweep(test=args.test, job=args.job or None, patterns=args.pattern, budget=args.budget,
-                           log_file=args.log_file, source="45-stale-x-display" if args.part else "epilog_sweep.py",
-                           user=args.user, uid=args.uid)
+        report = run_sweep(test=args.test, job=job, patterns=args.pattern, budget=args.budget,
+                           log_file=args.log_file, source=source, user=user, uid=uid, log_fd=args.log_fd)
     except CommandExecutionError as exc:
-        _Log(args.log_file, "45-stale-x-display" if args.part else "epilog_sweep.py", args.job, args.user)(
-            "warning", f"sweep could not run: {exc}")
+        log("warning", f"sweep could not run: {exc}")
         print(f"epilog_sweep.py: {exc}", file=sys.stderr)
         return 0 if args.part else 1
     except Exception as exc:  # the part must never fail the epilog  # pylint: disable=broad-except
         if not args.part:
             raise
-        _Log(args.log_file, "45-stale-x-display", args.job, args.user)("warning", f"sweep failed: {exc!r}")
+        log("warning", f"sweep failed: {exc!r}")
         return 0
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))

@@ -9,4 +9,5 @@ epilog:
     - je.kim
     - s.shin
   ssh_allow_file: /etc/localusers
-  log_file: /var/log/slurm/epilog.log
+  # A directory only root can write (Debian's /var/log/slurm belongs to slurm).
+  log_file: /var/log/slurm-epilog/epilog.log

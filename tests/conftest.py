@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ACCOUNTS, OPERATORS, REPO, VENV_BIN, Chain, lay_down, live_spool, local_minion, require, require_root, require_tools
+from tests.helpers import (ACCOUNTS, OPERATORS, REPO, VENV_BIN, Chain, lay_down, live_spool, local_minion, require,
+                           require_root, require_tools)
 
 # pytest-salt-factories logs its whole configuration as a warning at start-up,
 # and salt's deferred handler prints it after the test summary.
@@ -25,6 +26,57 @@ def accounts():
         if subprocess.run(["id", "-u", "--", name], capture_output=True).returncode != 0:
             subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", "--", name], check=True)
     return ACCOUNTS
+
+
+@pytest.fixture(scope="session")
+def cbin():
+    """The C helpers of tests/c, compiled at test time (a race needs C
+    speed): a directory every account can run them from."""
+    require_tools("gcc")
+    out = Path(tempfile.mkdtemp(prefix="epilog-test-bin-", dir="/var/tmp"))
+    os.chmod(out, 0o755)
+    src = REPO / "tests/c"
+    subprocess.run(["gcc", "-Wall", "-Werror", "-O2", "-pthread", "-o", str(out / "fighter"), str(src / "fighter.c")],
+                   check=True)
+    subprocess.run(["gcc", "-Wall", "-Werror", "-O2", "-shared", "-fPIC", "-o", str(out / "libnss_epilogtest.so.2"),
+                    str(src / "nss_epilogtest.c")], check=True)
+    yield out
+    shutil.rmtree(out, ignore_errors=True)
+
+
+class DirectoryUsers:
+    """Where the directory accounts of tests/c/nss_epilogtest.c (such as
+    '-v', uid 2999) resolve: PREFIX enters a mount namespace whose
+    /etc/nsswitch.conf adds the module, ENV points the loader at it."""
+
+    def __init__(self, prefix, env):
+        self.prefix, self.env = prefix, env
+
+
+@pytest.fixture(scope="session")
+def directory_users(cbin, tmp_path_factory):
+    """glibc's files backend refuses a passwd line starting with '-', but a
+    directory service (LDAP, SSSD) serves such names: this is one, real NSS,
+    in a mount namespace of its own; the host's nsswitch.conf is untouched."""
+    require_tools("unshare", "nsenter")
+    conf = tmp_path_factory.mktemp("nss") / "nsswitch.conf"
+    lines = [line for line in Path("/etc/nsswitch.conf").read_text().splitlines()
+             if not line.startswith(("passwd:", "group:"))]
+    conf.write_text("\n".join(["passwd: files epilogtest", "group: files", *lines]) + "\n")
+    holder = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         f"mount --bind {conf} /etc/nsswitch.conf && echo ready && exec sleep 86400"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready", "could not bind a test nsswitch.conf in a namespace"
+        users = DirectoryUsers(["nsenter", f"--target={holder.pid}", "--mount"], {"LD_LIBRARY_PATH": str(cbin)})
+        probe = subprocess.run([*users.prefix, "id", "-u", "--", "-v"], env={**os.environ, **users.env},
+                               capture_output=True, text=True)
+        assert probe.stdout.strip() == "2999", ("the test NSS module does not serve -v", probe.stderr)
+        yield users
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 @pytest.fixture(scope="session")

@@ -54,7 +54,8 @@ def require_tools(*tools):
 
 # glibc's files backend reads a passwd line starting with '-' as NIS compat
 # syntax, so no local account can be named '-v'. Sites get such names from a
-# directory service; here '-v' is uid 2999, as slurmd would pass it in
+# directory service: the test NSS module (tests/c/nss_epilogtest.c, the
+# directory_users fixture) serves '-v' as uid 2999, the uid slurmd passes in
 # SLURM_JOB_UID, with real processes and files owned by that uid.
 NO_PASSWD_ENTRY = {"-v": (2999, 2999)}
 

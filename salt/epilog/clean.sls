@@ -1,7 +1,8 @@
 {#- Removes everything the formula laid down, in reverse order, and nothing
-    else: the scripts, epilog_sweep.py and localusers.backup, then epilog.d/
-    and prolog.d/ only if they are empty (a site's own parts stay). It leaves
-    slurm_config_dir, the ssh allow file, the log and the python3 package.
+    else: the scripts, epilog_sweep.py, localusers.backup and ssh_allow.lock,
+    then epilog.d/ and prolog.d/ only if they are empty (a site's own parts
+    stay). It leaves slurm_config_dir, the ssh allow file, the log and its
+    directory, and the packages.
     It refuses, removing nothing, while slurm.conf still names the runners.
       salt 'slurm-work-*' state.apply epilog.clean test=True #}
 {%- set tplroot = tpldir.split('/')[0] %}
@@ -32,7 +33,7 @@ epilog-clean-slurm-conf-no-longer-wired-test:
     - name: slurm.conf does not name the chain
 {%- endif %}
 
-{%- for file in (layout.scripts | reverse | list) + (layout.data | reverse | list) %}
+{%- for file in (layout.scripts | reverse | list) + (layout.data | reverse | list) + layout.retired %}
 
 epilog-clean-{{ file.id }}-file-absent:
   file.absent:
@@ -49,7 +50,7 @@ epilog-clean-{{ sub | replace('.', '-') }}-empty-directory-absent:
     - name: rmdir -- {{ dir | quote }}
     - onlyif: test -d {{ dir | quote }} && test ! -L {{ dir | quote }} && test -z "$(ls -A -- {{ dir | quote }})"
     - require:
-{%-   for file in layout.scripts + layout.data %}
+{%-   for file in layout.scripts + layout.data + layout.retired %}
       - file: epilog-clean-{{ file.id }}-file-absent
 {%-   endfor %}
 {%- endfor %}

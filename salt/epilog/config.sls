@@ -1,8 +1,31 @@
-{#- The directories of the chain and the localusers list the parts consult. #}
+{#- The directories of the chain, the log directory, the localusers list the
+    parts consult and the lock of the ssh allow file. #}
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import epilog with context %}
 {%- import_yaml tplroot ~ "/layout.yaml" as layout %}
 {%- set confdir = epilog.slurm_config_dir %}
+
+{#- The epilog runs as root, and bash cannot open a file without following a
+    symlink: the log and the ssh allow file are written only inside a
+    directory that is root's, not a symlink, and writable by no group and no
+    other user, and whose existing ancestors are root's real directories that
+    nobody else can write either, or sticky (nobody else can then swap root's
+    entry in them). Anything else fails the render, naming the entry; a
+    missing directory is created root:root 0755. (Debian's /var/log/slurm
+    belongs to the slurm user, who could swap epilog.log for a symlink to
+    /etc/nologin.) #}
+{%- for key in ['log_file', 'ssh_allow_file'] %}
+{%-   set parts = epilog[key].strip('/').split('/')[:-1] %}
+{%-   for i in range(parts | length + 1) %}
+{%-     set path = '/' ~ (parts[:i] | join('/')) %}
+{%-     set st = salt['file.lstat'](path) %}
+{%-     set writable = (st.st_mode // 16) % 2 or (st.st_mode // 2) % 2 if st else False %}
+{%-     set sticky = (st.st_mode // 512) % 2 if st else False %}
+{%-     if st and (st.st_mode // 4096 != 4 or st.st_uid != 0 or (writable and (loop.last or not sticky))) %}
+{{-       raise('epilog:%s (%r): %s is a symlink, not owned by root, or writable by its group or others (uid %d, mode %o); the epilog runs as root and writes only where no other account can plant a symlink: choose a directory only root can write, e.g. /var/log/slurm-epilog' | format(key, epilog[key], path, st.st_uid, st.st_mode)) }}
+{%-     endif %}
+{%-   endfor %}
+{%- endfor %}
 
 {%- for sub in layout.directories %}
 
@@ -15,6 +38,14 @@ epilog-config-{{ sub | replace('.', '-') }}-file-directory:
     - makedirs: True
 {%- endfor %}
 
+epilog-config-log-directory-file-directory:
+  file.directory:
+    - name: {{ (epilog.log_file.rsplit('/', 1)[0] or '/') | json }}
+    - user: root
+    - group: root
+    - mode: '0755'
+    - makedirs: True
+
 epilog-config-localusers-backup-file-managed:
   file.managed:
     - name: {{ (confdir ~ '/localusers.backup') | json }}
@@ -26,4 +57,16 @@ epilog-config-localusers-backup-file-managed:
     - group: root
     - mode: '0600'
     - backup: minion
+    - makedirs: True
+
+{#- Serialises the parts' edits of the ssh allow file. Root-only (0600): no
+    other account can open it, so none can hold the lock and stall a prolog. #}
+epilog-config-ssh-allow-lock-file-managed:
+  file.managed:
+    - name: {{ (confdir ~ '/ssh_allow.lock') | json }}
+    - contents: ''
+    - replace: False
+    - user: root
+    - group: root
+    - mode: '0600'
     - makedirs: True

@@ -13,13 +13,14 @@ include:
     verbatim so that part 45 runs the same code with the system python3 and
     no Salt. The master's (or salt-call's) file_roots must include the repo
     root for salt://_modules/. #}
-{#- What the parts run beyond Debian's essential set: python3 (part 45's
-    sweep), procps (pgrep, kill). #}
+{#- What the parts run: python3 (part 45's sweep), procps (pgrep), perl (part
+    40's sender; perl-base is essential on Debian). #}
 epilog-parts-tools-pkg-installed:
   pkg.installed:
     - pkgs:
       - python3
       - procps
+      - perl-base
 
 epilog-sweep-module-file-managed:
   file.managed:
@@ -35,6 +36,10 @@ epilog-sweep-module-file-managed:
       - file: epilog-config-epilog-d-file-directory
 
 {%- for script in layout.scripts %}
+{%-   set own_parts = [] %}
+{%-   for other in layout.scripts if other.path.startswith(script.stage ~ '.d/') %}
+{%-     do own_parts.append(other.path.split('/')[-1]) %}
+{%-   endfor %}
 
 epilog-{{ script.id }}-file-managed:
   file.managed:
@@ -44,6 +49,7 @@ epilog-{{ script.id }}-file-managed:
     - context:
         epilog: {{ epilog | json }}
         stage: {{ script.stage }}
+        own_parts: {{ own_parts | json }}
     - user: root
     - group: root
     - mode: '0755'
@@ -51,5 +57,13 @@ epilog-{{ script.id }}-file-managed:
     - check_cmd: /bin/bash -n
     - require:
       - file: epilog-config-localusers-backup-file-managed
+      - file: epilog-config-ssh-allow-lock-file-managed
       - file: epilog-config-{{ script.stage }}-d-file-directory
+{%- endfor %}
+
+{%- for file in layout.retired %}
+
+epilog-{{ file.id }}-retired-file-absent:
+  file.absent:
+    - name: {{ (confdir ~ '/' ~ file.path) | json }}
 {%- endfor %}

@@ -1,10 +1,10 @@
-"""The seed's decision matrix, one test per row, run against the parts 40, 41
+"""The seed's decision matrix, one test per row, run against the parts 39, 40
 and 42 exactly as the state renders them, with real accounts, real stray
 processes and real files, in the bare environment slurmd gives an epilog.
 
 Each row arranges the same residue for the job user: a stray process, a file
 in /tmp and a line in the ssh allow file between other users' lines. Then it
-runs 40, 41 and 42. "act" means all three clean up; "spare" means all three
+runs 39, 40 and 42. "act" means all three clean up; "spare" means all three
 leave everything as it was (the guard's one answer holds for every part)."""
 import os
 import shutil
@@ -14,11 +14,11 @@ import pytest
 
 from tests.helpers import end, killed, owned_file, require_tools, slurmd_env, still_running, stray
 
-PARTS = ["40-lastuserjob-processes", "41-lastuserjob-ssh", "42-lastuserjob-cleanup"]
+PARTS = ["39-lastuserjob-ssh", "40-lastuserjob-processes", "42-lastuserjob-cleanup"]
 OTHERS = ["bob", "alicex", "alice-admin", "alice.b", "-v-other"]
 
 
-def run_row(chain, user, expect, prefix=(), log_has=()):
+def run_row(chain, user, expect, prefix=(), log_has=(), env=None):
     """Arrange residue for USER, run the three parts, check EXPECT."""
     others = [o for o in OTHERS if o != user]
     allow_before = "\n".join([others[0], user, *others[1:]]) + "\n"
@@ -28,14 +28,14 @@ def run_row(chain, user, expect, prefix=(), log_has=()):
     residue = owned_file(user)
     try:
         for part in PARTS:
-            ret = chain.run_part(part, slurmd_env(user), prefix=prefix)
+            ret = chain.run_part(part, {**slurmd_env(user), **(env or {})}, prefix=prefix)
             assert ret.returncode == 0, (part, ret.stdout, ret.stderr)
         allow_after = chain.view(chain.allow_file).read_text()
         log = chain.log_text()[len(log_before):]
         if expect == "act":
             assert killed(proc), "40 did not kill the stray process"
             assert not residue.exists(), "42 did not remove the /tmp file"
-            assert allow_after.splitlines() == others, "41 did not remove exactly the user's line"
+            assert allow_after.splitlines() == others, "39 did not remove exactly the user's line"
         else:
             assert still_running(proc), "the stray process was killed"
             assert residue.exists(), "the /tmp file was removed"
@@ -109,14 +109,16 @@ def test_regex_wildcard_does_not_exempt_je_kim(chain, restore_list):
     run_row(chain, "je.kim", "act", log_has=["not listed"])
 
 
-def test_user_named_dash_v_is_data_not_an_option_when_listed(chain, restore_list):
+def test_user_named_dash_v_is_data_not_an_option_when_listed(chain, restore_list, directory_users):
+    """-v is a directory account (the test NSS module, as LDAP would serve it)."""
     write_list(chain, b"root\n-v\n")
-    run_row(chain, "-v", "spare", log_has=[f"listed in {chain.localusers}"])
+    run_row(chain, "-v", "spare", log_has=[f"listed in {chain.localusers}"], prefix=directory_users.prefix,
+            env=directory_users.env)
 
 
-def test_user_named_dash_v_is_data_not_an_option_when_not_listed(chain, restore_list):
+def test_user_named_dash_v_is_data_not_an_option_when_not_listed(chain, restore_list, directory_users):
     write_list(chain, b"root\nje.kim\n")
-    run_row(chain, "-v", "act", log_has=["not listed"])
+    run_row(chain, "-v", "act", log_has=["not listed"], prefix=directory_users.prefix, env=directory_users.env)
 
 
 def test_alice_is_not_exempted_by_alice_admin_or_alice_b(chain, restore_list):

@@ -64,13 +64,13 @@ def test_verify_passes_on_a_fresh_apply_and_changes_nothing(node):
     before = node.snapshot()
     report = node.run("verify")
     assert report["result"] is True, report["problems"]
-    assert str(node.conf_dir / "epilog.d/41-lastuserjob-ssh") in report["checked"]
+    assert str(node.conf_dir / "epilog.d/39-lastuserjob-ssh") in report["checked"]
     assert node.snapshot() == before
 
 
 def test_verify_names_a_hand_edited_part(node):
     node.apply()
-    part = node.conf_dir / "epilog.d/41-lastuserjob-ssh"
+    part = node.conf_dir / "epilog.d/39-lastuserjob-ssh"
     part.write_text(part.read_text().replace("epilog_allow_edit remove", "sed -i \"/$SLURM_JOB_USER/d\" /etc/localusers #"))
     edited = part.read_bytes()
     report = node.run("verify")
@@ -233,4 +233,4 @@ def test_explain_says_unknown_when_other_jobs_cannot_be_told(node):
         sock.close()
     # Another job's step socket, no slurmstepd, no controller to ask.
     assert report["other_jobs"]["answer"] == "unknown", report
-    assert report["parts"]["41-lastuserjob-ssh"].startswith("skipped: other jobs of this user on this node: unknown")
+    assert report["parts"]["39-lastuserjob-ssh"].startswith("skipped: other jobs of this user on this node: unknown")

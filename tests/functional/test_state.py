@@ -8,16 +8,18 @@ from pathlib import Path
 
 import pytest
 
+import yaml
+
 from tests.helpers import REPO, Chain, require_tools
 
-SCRIPTS = [
-    "epilog.sh", "prolog.sh",
-    "epilog.d/40-lastuserjob-processes", "epilog.d/41-lastuserjob-ssh", "epilog.d/42-lastuserjob-cleanup",
-    "epilog.d/45-stale-x-display", "prolog.d/50-exclusive-ssh",
-]
-# 2 directories, localusers.backup, 7 scripts, epilog_sweep.py, the packages
-STATE_COUNT = 12
-ALREADY_THERE = {"epilog-parts-tools-pkg-installed"}  # a package is never "pending" on a node that has it
+LAYOUT = yaml.safe_load((REPO / "salt/epilog/layout.yaml").read_text())
+SCRIPTS = [script["path"] for script in LAYOUT["scripts"]]
+# the directories, the log directory, the data files, the scripts, the
+# retired files' removal and the packages
+STATE_COUNT = len(LAYOUT["directories"]) + 1 + len(LAYOUT["data"]) + len(SCRIPTS) + len(LAYOUT["retired"]) + 1
+# never "pending" on a node that has them: the packages, and the absence of
+# files no earlier version laid down here
+ALREADY_THERE = {"epilog-parts-tools-pkg-installed"} | {f"epilog-{f['id']}-retired-file-absent" for f in LAYOUT["retired"]}
 
 
 def sandbox(tmp_path):
@@ -161,7 +163,13 @@ def test_bad_localusers_entry_fails_the_state_naming_it_and_lays_down_nothing(sa
     ("scratch_patterns", ["$(id){jobid}"], "epilog:scratch_patterns[0]"),
     ("scratch_patterns", ["*{jobid}*"], "may not start with a wildcard or a dot"),
     ("scratch_patterns", [".X{jobid}*"], "may not start with a wildcard or a dot"),
-    ("sweep_budget", 30, "epilog:sweep_budget (30) must be below epilog:part_timeout (30)"),
+    ("sweep_budget", 20, "epilog:sweep_budget (20) must be below epilog:part_timeout (20)"),
+    ("chain_timeout", 22, "epilog:chain_timeout (22) must leave room for one part: at least epilog:part_timeout (20) + 3"),
+    ("chain_timeout", 3601, "epilog:chain_timeout (3601) must be a whole number of seconds from 1 to 3600"),
+    # the epilog runs as root and writes only where no other account can plant a symlink
+    ("log_file", "/var/log/slurm/epilog.log", "epilog:log_file ('/var/log/slurm/epilog.log'): /var/log/slurm is "),
+    ("log_file", "/tmp/epilog.log", "epilog:log_file ('/tmp/epilog.log'): /tmp is "),
+    ("ssh_allow_file", "/var/tmp/localusers", "epilog:ssh_allow_file ('/var/tmp/localusers'): /var/tmp is "),
 ])
 def test_bad_setting_fails_the_state_naming_it(salt_call, tmp_path, key, value, message):
     c = sandbox(tmp_path)

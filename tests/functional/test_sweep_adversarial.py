@@ -99,10 +99,9 @@ def test_odd_names_are_data(sweeper, accounts, site):
     (b"0", "malformed content"),
     (b"%10d\n" % 0, "pid 0 out of range"),
     (b"1", "malformed content"),
-    (b"%10d\n" % 1, "lock pid 1 alive"),
     (b"    abcdef\n", "malformed content"),
     (b"%10d\n" % 9999999999, "out of range"),  # above any pid_max
-], ids=["empty", "12-bytes", "0", "0-padded", "1", "1-padded", "non-numeric", "above-pid-max"])
+], ids=["empty", "12-bytes", "0", "0-padded", "1", "non-numeric", "above-pid-max"])
 def test_odd_lock_contents_are_kept_and_reported(sweeper, accounts, site, content, reason):
     site.crashed_xvfb(94)
     site.write("/tmp/.X94-lock", content, mode=0o444)
@@ -114,11 +113,28 @@ def test_odd_lock_contents_are_kept_and_reported(sweeper, accounts, site, conten
     assert reason in kept_reason(report, "/tmp/.X95-lock"), report
 
 
-def test_recycled_pid_in_a_lock_keeps_the_display(sweeper, accounts, site):
-    """The lock's pid now belongs to some other live process (not an X
-    server): the sweep cannot tell, so it keeps."""
+@pytest.mark.parametrize("whose", ["init", "another user", "root"])
+def test_a_pid_of_someone_else_in_a_users_lock_pins_nothing(sweeper, accounts, site, whose):
+    """Promise: anything a user can write is not evidence. alice's crashed X
+    server left X96 and its lock; she writes into her lock the pid of a
+    process that will live for ever but is not hers (pid 1, another user's,
+    root's). A pid in a file is evidence only of the file owner's own
+    process: the display is swept all the same."""
     site.crashed_xvfb(96)
-    pid = site.live_pid("je.kim")
+    pid = {"init": 1, "another user": site.live_pid("je.kim"), "root": os.getpid()}[whose]
+    site.write("/tmp/.X96-lock", sc.lock_bytes(pid), mode=0o444)
+    site.write("/tmp/.X97-lock", sc.lock_bytes(pid), mode=0o444)  # and without a socket
+    report = sweep(sweeper, site)
+    assert {"/tmp/.X11-unix/X96", "/tmp/.X96-lock", "/tmp/.X97-lock"} <= set(report["removed"]), report
+    for path in ("/tmp/.X11-unix/X96", "/tmp/.X96-lock", "/tmp/.X97-lock"):
+        assert not os.path.lexists(site.path(path)), path
+
+
+def test_the_lock_owners_own_live_process_keeps_the_display(sweeper, accounts, site):
+    """A lock naming a live process of the lock's own owner is kept (with its
+    orphan socket): the sweep cannot tell that it is not the X server."""
+    site.crashed_xvfb(96)
+    pid = site.live_pid("alice")
     site.write("/tmp/.X96-lock", sc.lock_bytes(pid), mode=0o444)
     report = sweep(sweeper, site)
     assert site.path("/tmp/.X11-unix/X96").is_socket()
@@ -152,8 +168,11 @@ def test_time_budget_stops_the_sweep_and_reports_what_is_left(sweeper, accounts,
 
 
 def test_part_never_fails_even_when_the_sweep_cannot_run(accounts, site):
-    """python3 epilog_sweep.py sweep --part exits 0 even with a bad argument."""
+    """python3 epilog_sweep.py sweep --part exits 0 even with a bad argument,
+    and takes the job from its environment only: a hostile SLURM_JOB_ID is
+    no job at all."""
     ret = subprocess.run([*site.prefix, "python3", "-I", "-S", str(REPO / "_modules/epilog.py"), "sweep", "--part",
-                          "--job", "12; rm -rf /"], capture_output=True, text=True, timeout=60)
+                          "--budget=nope"], capture_output=True, text=True, timeout=60,
+                         env={"SLURM_JOB_ID": "12; rm -rf /", "SLURM_JOB_UID": "1001"})
     assert ret.returncode == 0
-    assert "job must be a numeric Slurm job id" in ret.stderr
+    assert "budget must be a number of seconds" in ret.stderr

@@ -4,7 +4,14 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import yaml
+
 from tests.helpers import REPO
+
+LAYOUT = yaml.safe_load((REPO / "salt/epilog/layout.yaml").read_text())
+# what a first apply lays down: the directories, the log directory, the data
+# files and the scripts (the packages are there, the retired files are not)
+LAID_DOWN = len(LAYOUT["directories"]) + 1 + len(LAYOUT["data"]) + len(LAYOUT["scripts"])
 
 
 def test_quickstart_previews_applies_and_sweeps_planted_residue_in_a_sandbox(accounts):
@@ -19,12 +26,12 @@ def test_quickstart_previews_applies_and_sweeps_planted_residue_in_a_sandbox(acc
                      "== 7. salt-call epilog.sweep"):
             assert step in out, step
         preview = out[out.index("== 1."):out.index("== 2.")]
-        assert preview.count("Result: Differs") == 11, preview
+        assert preview.count("Result: Differs") == LAID_DOWN, preview
         applied = out[out.index("== 2."):out.index("== 3.")]
-        assert applied.count("Result: Changed") == 11, applied
+        assert applied.count("Result: Changed") == LAID_DOWN, applied
         assert "result:\n        True" in out[out.index("== 3."):out.index("== 4.")], "verify must pass after the apply"
         assert (Path(sandbox) / "slurm/epilog.d/45-stale-x-display").is_file()
-        log = (Path(sandbox) / "epilog.log").read_text()
+        log = (Path(sandbox) / "log/epilog.log").read_text()
         assert "stale X display purged: :42" in log and "stale clsbd purged: /tmp/clsbd.unknownUser." in log
         sweep = out[out.index("== 7."):]
         assert "- /tmp/.X11-unix/X42" in sweep and "- /tmp/.X42-lock" in sweep

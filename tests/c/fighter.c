@@ -1,0 +1,133 @@
+/* A hostile user's processes, at C speed, for the attack tests.
+ *
+ *   fighter snipe     watch /proc/sys/kernel/ns_last_pid and SIGKILL every
+ *                     new pid near it: whatever the epilog forks next, if it
+ *                     runs as this user (the old part 40's kill -1 did), dies
+ *                     before it can act.
+ *   fighter forkloop  fork in a tight loop; each child carries on and the
+ *                     parent exits, so the pid keeps moving.
+ *   fighter rename N  keep renaming itself (comm) to N and to random names,
+ *                     forking a renamed child now and then.
+ *   fighter flock F   open F read-only, hold an exclusive flock on it, and
+ *                     print "locked" once it has (or "denied ERRNO").
+ *   fighter threads   let the main thread exit while another runs on: /proc
+ *                     then shows the process as a zombie (State Z) that is
+ *                     alive all the same.
+ *
+ * Every mode prints "ready" on stdout once it runs, then never exits on its
+ * own. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+static void ready(void)
+{
+    printf("ready\n");
+    fflush(stdout);
+}
+
+static int snipe(void)
+{
+    char buf[32];
+    int fd = open("/proc/sys/kernel/ns_last_pid", O_RDONLY);
+    if (fd < 0)
+        return 1;
+    ready();
+    for (;;) {
+        ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+        if (n <= 0)
+            continue;
+        buf[n] = '\0';
+        int last = atoi(buf);
+        for (int pid = last - 2; pid <= last + 8; pid++)
+            if (pid > 1 && pid != getpid())
+                kill(pid, SIGKILL);
+    }
+}
+
+static int forkloop(void)
+{
+    ready();
+    fclose(stdout);
+    for (;;) {
+        pid_t child = fork();
+        if (child > 0)
+            _exit(0);
+        if (child < 0)
+            usleep(1000);
+    }
+}
+
+static int rename_loop(const char *name)
+{
+    char buf[16];
+    unsigned n = 0;
+    ready();
+    fclose(stdout);
+    for (;;) {
+        if (n % 2)
+            snprintf(buf, sizeof buf, "%s", name);
+        else
+            snprintf(buf, sizeof buf, "x%08x", (unsigned)rand());
+        prctl(PR_SET_NAME, buf);
+        if (++n % 1000 == 0 && fork() == 0)
+            continue;
+        usleep(100);
+    }
+    return 0;
+}
+
+static int hold_lock(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0 || flock(fd, LOCK_EX) != 0) {
+        printf("denied %d\n", errno);
+        fflush(stdout);
+        pause();
+        return 1;
+    }
+    printf("locked\n");
+    fflush(stdout);
+    for (;;)
+        pause();
+}
+
+static void *worker(void *arg)
+{
+    (void)arg;
+    for (;;)
+        pause();
+    return NULL;
+}
+
+static int threads(void)
+{
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, worker, NULL) != 0)
+        return 1;
+    ready();
+    pthread_exit(NULL);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "snipe") == 0)
+        return snipe();
+    if (argc >= 2 && strcmp(argv[1], "forkloop") == 0)
+        return forkloop();
+    if (argc >= 3 && strcmp(argv[1], "rename") == 0)
+        return rename_loop(argv[2]);
+    if (argc >= 3 && strcmp(argv[1], "flock") == 0)
+        return hold_lock(argv[2]);
+    if (argc >= 2 && strcmp(argv[1], "threads") == 0)
+        return threads();
+    fprintf(stderr, "usage: fighter snipe|forkloop|rename NAME|flock FILE|threads\n");
+    return 2;
+}
