@@ -877,7 +877,10 @@ def _managed():
     itself (state.show_low_sls), so this list cannot drift from it."""
     low = __salt__["state.show_low_sls"]("epilog")  # noqa: F821 - a Salt dunder
     if not isinstance(low, list) or any(not isinstance(chunk, dict) for chunk in low):
-        raise CommandExecutionError(f"the state epilog does not render: {low}")
+        # A render error names the bad entry on one line; the rest is Salt's context dump.
+        text = "\n".join(map(str, low)) if isinstance(low, list) else str(low)
+        found = re.search(r"Jinja error: ([^\n]*)", text)
+        raise CommandExecutionError(f"the state epilog does not render: {found.group(1) if found else low}")
     files, dirs = [], []
     for chunk in low:
         if chunk.get("state") != "file":

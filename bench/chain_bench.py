@@ -4,7 +4,10 @@
 Run as root from the repo root:  .venv/bin/python bench/chain_bench.py [--runs 30]
 
 What it does, all in one run:
-  * lays the chain down with the real state (salt-call --local) into a sandbox;
+  * lays the chain down with the real state (salt-call --local) into a sandbox,
+    and beside it the chain of the formula before the hostile-user hardening
+    (git revision PRE_FIX, exported with git archive and laid down by its own
+    state), so the cost of the hardening is a ratio measured in the same run;
   * re-runs itself in a private mount namespace with a fresh tmpfs on /tmp
     holding 200 files of other users (an idle node's /tmp; the host's /tmp is
     never touched);
@@ -12,8 +15,9 @@ What it does, all in one run:
     process and a /tmp file, then epilog.sh is timed from fork to exit in the
     bare environment slurmd gives (no PATH). SLURM_CONF points nowhere, so a
     controller RPC could not succeed: the decision must be node-local;
-  * baselines in the same run: the process floor (bash -c :), and the seed's
-    pre-fix parts (grep -w guard, killall -9 -u, sed -i "/$user/d",
+  * baselines in the same run, interleaved run by run with ours: the
+    formula before the hardening, the process floor (bash -c :), and the
+    seed's pre-fix parts (grep -w guard, killall -9 -u, sed -i "/$user/d",
     find -user -exec rm) run in a run-parts loop with logger calls, as sites
     run them today.
 Prints a table and one JSON line.
@@ -32,6 +36,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 USER = "alice"
+# The formula as it was before the hostile-user hardening (issue 7).
+PRE_FIX = "a79306f"
 
 SEED_PARTS = {
     "40-lastuserjob-processes": r'''#!/bin/bash
@@ -65,14 +71,18 @@ def sh(*argv, **kw):
     return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
 
 
-def timed(argv, env, runs, before=None):
-    samples = []
+def timed_together(commands, env, runs, before=None):
+    """{name: [ms, ...]}: each run times every command once, in turn, so a
+    slower moment of the machine weighs on all of them alike."""
+    samples = {name: [] for name in commands}
     for _ in range(runs):
-        if before:
-            before()
-        start = time.perf_counter()
-        subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        samples.append((time.perf_counter() - start) * 1000)
+        for name, (argv, cmd_env) in commands.items():
+            if before:
+                before()
+            start = time.perf_counter()
+            subprocess.run(argv, env=cmd_env or env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            samples[name].append((time.perf_counter() - start) * 1000)
     return samples
 
 
@@ -82,16 +92,28 @@ def stats(samples):
             "min_ms": round(ordered[0], 2), "runs": len(ordered)}
 
 
-def lay_down(sandbox):
+def lay_down(sandbox, name, tree=None):
+    """Lay the chain of TREE (this repo when None) down under SANDBOX/NAME
+    with that tree's own state, through a masterless minion of its own."""
+    base = sandbox / name
+    (base / "spool").mkdir(parents=True)
+    (base / "spool/cred_state").write_bytes(b"")  # as in slurmd's live spool
+    (base / "log").mkdir()
     pillar = {"epilog": {
-        "slurm_config_dir": str(sandbox / "slurm"), "ssh_allow_file": str(sandbox / "localusers"),
-        "log_file": str(sandbox / "epilog.log"), "slurmd_spool_dir": str(sandbox / "spool"),
+        "slurm_config_dir": str(base / "slurm"), "ssh_allow_file": str(sandbox / "localusers"),
+        "log_file": str(base / "log/epilog.log"), "slurmd_spool_dir": str(base / "spool"),
         "localusers": ["root", "je.kim", "s.shin"],
     }}
-    (sandbox / "spool").mkdir()
-    (sandbox / "spool/cred_state").write_bytes(b"")  # as in slurmd's live spool
-    sh(str(REPO / ".venv/bin/salt-call"), "--local", "--retcode-passthrough", "--out=json",
-       "state.apply", "epilog", "pillar=" + json.dumps(pillar), cwd=REPO)
+    tree = tree or REPO
+    conf = base / "conf"
+    conf.mkdir()
+    (conf / "minion").write_text(json.dumps({
+        "id": f"bench-{name}", "file_client": "local", "root_dir": str(base / "root"),
+        "file_roots": {"base": [str(tree / "salt"), str(tree)]}, "module_dirs": [str(tree)],
+    }))
+    sh(str(REPO / ".venv/bin/salt-call"), f"--config-dir={conf}", "--local", "--retcode-passthrough", "--out=json",
+       "state.apply", "epilog", "pillar=" + json.dumps(pillar), cwd="/")
+    return base / "slurm"
 
 
 def inner(sandbox, runs):
@@ -103,13 +125,13 @@ def inner(sandbox, runs):
         path.write_text("x")
         os.chown(path, 0 if i % 2 else 1, 0)
     pw = pwd.getpwnam(USER)
-    conf = sandbox / "slurm"
+    ours, before = sandbox / "ours/slurm", sandbox / "pre-fix/slurm"
     env = {"SLURM_JOB_USER": USER, "SLURM_JOB_UID": str(pw.pw_uid), "SLURM_JOB_ID": "777",
            "SLURMD_NODENAME": "bench-node", "SLURM_CONF": "/nonexistent/slurm.conf"}
     strays = []
 
     def job_start():
-        subprocess.run([str(conf / "prolog.sh")], env=env, check=True)
+        subprocess.run([str(ours / "prolog.sh")], env=env, check=True)
         strays.append(subprocess.Popen(["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups",
                                         "sleep", "600"], start_new_session=True))
         residue = Path(f"/tmp/{USER}-residue")
@@ -117,41 +139,42 @@ def inner(sandbox, runs):
         os.chown(residue, pw.pw_uid, pw.pw_gid)
         time.sleep(0.02)
 
-    ours = timed([str(conf / "epilog.sh")], env, runs, before=job_start)
-    log = (sandbox / "epilog.log").read_text().splitlines()
-    decisions = [line for line in log if "epilog.sh job=777" in line and "start;" in line]
-    node_local = sum("other jobs of this user on this node: no (node-local" in line for line in decisions)
-    killed = sum(p.wait(timeout=5) < 0 for p in strays)
-
-    execs = None
-    if shutil.which("strace"):
-        job_start()
-        trace = sandbox / "trace"
-        subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-o", str(trace), str(conf / "epilog.sh")], env=env)
-        names = [line.split('"')[1].rsplit("/", 1)[-1] for line in trace.read_text().splitlines()
-                 if "execve(" in line and "= 0" in line]
-        execs = {"count": len(names), "programs": sorted(set(names)),
-                 "controller_rpcs": sum(n in ("squeue", "scontrol", "sinfo") for n in names)}
-
-    # Baseline 1: the seed's pre-fix parts in a run-parts loop.
+    # The seed's pre-fix parts in a run-parts loop.
     seed = sandbox / "seed"
     (seed / "epilog.d").mkdir(parents=True)
-    shutil.copy(conf / "localusers.backup", seed / "localusers.backup")
+    shutil.copy(ours / "localusers.backup", seed / "localusers.backup")
     for name, body in SEED_PARTS.items():
         (seed / "epilog.d" / name).write_text(body)
         os.chmod(seed / "epilog.d" / name, 0o755)
     (seed / "epilog.sh").write_text(SEED_RUNNER)
     os.chmod(seed / "epilog.sh", 0o755)
     seed_env = {**env, "CONF": str(seed), "ALLOW": str(sandbox / "localusers")}
-    seed_samples = timed([str(seed / "epilog.sh")], seed_env, runs, before=job_start)
+
+    samples = timed_together({
+        "ours": ([str(ours / "epilog.sh")], None),
+        "before_hardening": ([str(before / "epilog.sh")], None),
+        "seed_prefix_chain": ([str(seed / "epilog.sh")], seed_env),
+        "bash_floor": (["/bin/bash", "-c", ":"], None),
+    }, env, runs, before=job_start)
+    killed = sum(p.wait(timeout=5) < 0 for p in strays[0::4])  # the strays our chain's job ends left
+    log = (sandbox / "ours/log/epilog.log").read_text().splitlines()
+    decisions = [line for line in log if "epilog.sh job=777" in line and "start;" in line]
+    node_local = sum("other jobs of this user on this node: no (node-local" in line for line in decisions)
+
+    execs = None
+    if shutil.which("strace"):
+        job_start()
+        trace = sandbox / "trace"
+        subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-o", str(trace), str(ours / "epilog.sh")], env=env)
+        names = [line.split('"')[1].rsplit("/", 1)[-1] for line in trace.read_text().splitlines()
+                 if "execve(" in line and "= 0" in line]
+        execs = {"count": len(names), "programs": sorted(set(names)),
+                 "controller_rpcs": sum(n in ("squeue", "scontrol", "sinfo") for n in names)}
     for p in strays:
         if p.poll() is None:
             p.kill()
         p.wait()
-
-    # Baseline 2: the process floor.
-    floor = timed(["/bin/bash", "-c", ":"], env, runs)
-    return {"ours": stats(ours), "seed_prefix_chain": stats(seed_samples), "bash_floor": stats(floor),
+    return {**{name: stats(values) for name, values in samples.items()},
             "node_local_decisions": f"{node_local}/{len(decisions)}", "strays_killed": f"{killed}/{runs}",
             "execs_per_job_end": execs, "tmp_entries": len(os.listdir("/tmp"))}
 
@@ -159,6 +182,7 @@ def inner(sandbox, runs):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--baseline-rev", default=PRE_FIX, help="the git revision of the formula before the hardening")
     parser.add_argument("--inner", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
@@ -172,19 +196,29 @@ def main():
         sh("useradd", "--create-home", USER)
     sandbox = Path(tempfile.mkdtemp(prefix="epilog-bench-", dir="/var/tmp"))
     try:
-        lay_down(sandbox)
+        lay_down(sandbox, "ours")
+        tree = sandbox / "pre-fix-tree"
+        tree.mkdir()
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", args.baseline_rev, "salt", "_modules"],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        lay_down(sandbox, "pre-fix", tree)
         out = sh("unshare", "--mount", "--propagation", "private", sys.executable, __file__,
                  "--runs", str(args.runs), "--inner", str(sandbox)).stdout
         result = json.loads(out.strip().splitlines()[-1])
     finally:
         shutil.rmtree(sandbox, ignore_errors=True)
-    ours, seed, floor = result["ours"], result["seed_prefix_chain"], result["bash_floor"]
-    print(f"epilog chain, ordinary job end on an idle node ({ours['runs']} runs, /tmp with {result['tmp_entries']} entries)")
-    print(f"  {'':32} {'median':>9} {'p90':>9} {'min':>9}")
-    for name, s in (("this formula's epilog.sh", ours), ("seed's pre-fix chain (baseline)", seed), ("bash -c : (process floor)", floor)):
-        print(f"  {name:32} {s['median_ms']:>7.2f}ms {s['p90_ms']:>7.2f}ms {s['min_ms']:>7.2f}ms")
-    print(f"  ratio ours/seed median: {ours['median_ms'] / seed['median_ms']:.2f}x; "
-          f"target <= 30 ms median: {'met' if ours['median_ms'] <= 30 else 'NOT met'}")
+    ours, before, seed, floor = (result[k] for k in ("ours", "before_hardening", "seed_prefix_chain", "bash_floor"))
+    print(f"epilog chain, ordinary job end on an idle node ({ours['runs']} runs each, interleaved; "
+          f"/tmp with {result['tmp_entries']} entries)")
+    print(f"  {'':40} {'median':>9} {'p90':>9} {'min':>9}")
+    for name, s in (("this formula's epilog.sh", ours), (f"before the hardening ({args.baseline_rev})", before),
+                    ("seed's pre-fix chain (baseline)", seed), ("bash -c : (process floor)", floor)):
+        print(f"  {name:40} {s['median_ms']:>7.2f}ms {s['p90_ms']:>7.2f}ms {s['min_ms']:>7.2f}ms")
+    print(f"  the hardening costs: ours/before median {ours['median_ms'] / before['median_ms']:.2f}x; "
+          f"ours/seed {ours['median_ms'] / seed['median_ms']:.2f}x; "
+          f"target <= 30 ms median: {'met' if ours['median_ms'] <= 30 else 'NOT met'} on this machine "
+          f"(process floor {floor['median_ms']:.2f} ms)")
     print(f"  decisions answered node-locally: {result['node_local_decisions']}; strays killed: {result['strays_killed']}")
     if result["execs_per_job_end"]:
         e = result["execs_per_job_end"]

@@ -296,3 +296,53 @@ exec sleep 86400
         holder.kill()
         raise AssertionError("could not set up a private /tmp in a mount namespace")
     return holder, ["nsenter", f"--target={holder.pid}", "--mount"], Path(f"/proc/{holder.pid}/root")
+
+
+def process_uids(pid):
+    """(real, effective, saved) uids of PID when it is alive, else None. A
+    zombie is dead unless its other threads still run; this machine's PID 1
+    never reaps, so kill -0 would call every killed orphan alive."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return None
+    state = fields["State"].split()[0]
+    if state in ("Z", "X") and int(fields.get("Threads", "1")) <= 1:
+        return None
+    return tuple(int(uid) for uid in fields["Uid"].split()[:3])
+
+
+def live_processes_of(uid):
+    """pid -> name of every live process whose real or saved uid is UID."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            uids = process_uids(entry.name)
+            if uids and uid in (uids[0], uids[2]):
+                try:
+                    found[int(entry.name)] = (entry / "comm").read_text().strip()
+                except OSError:
+                    found[int(entry.name)] = "?"
+    return found
+
+
+def kill_all_of(user):
+    """Test cleanup: whatever USER still runs goes."""
+    subprocess.run(["pkill", "-KILL", "-U", str(uid_of(user))], capture_output=True)
+
+
+def hostile(user, *argv, prefix=(), reaper=None):
+    """Start ARGV as USER in a session of its own and wait for the first line
+    it prints ("ready", "locked", ...). Returns (Popen, that line). With
+    REAPER (the fighter helper), ARGV runs under `fighter reap`, which reaps
+    its orphans as a node's init would."""
+    uid, gid = ids_of(user)
+    reap = [str(reaper), "reap"] if reaper else []
+    proc = subprocess.Popen([*prefix, *reap, "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
+    line = proc.stdout.readline().strip()
+    if not line:
+        proc.kill()
+        raise AssertionError(f"{argv} as {user} printed nothing (rc={proc.wait()})")
+    return proc, line

@@ -1,9 +1,10 @@
 /* A hostile user's processes, at C speed, for the attack tests.
  *
- *   fighter snipe     watch /proc/sys/kernel/ns_last_pid and SIGKILL every
+ *   fighter snipe [N] watch /proc/sys/kernel/ns_last_pid and SIGKILL every
  *                     new pid near it: whatever the epilog forks next, if it
  *                     runs as this user (the old part 40's kill -1 did), dies
- *                     before it can act.
+ *                     before it can act. With N, N snipers (forked first, so
+ *                     they spare each other).
  *   fighter forkloop  fork in a tight loop; each child carries on and the
  *                     parent exits, so the pid keeps moving.
  *   fighter rename N  keep renaming itself (comm) to N and to random names,
@@ -13,9 +14,15 @@
  *   fighter threads   let the main thread exit while another runs on: /proc
  *                     then shows the process as a zombie (State Z) that is
  *                     alive all the same.
+ *   fighter reap CMD  run CMD as a child, as a subreaper that reaps every
+ *                     orphan of it, as a node's init would (this machine's
+ *                     PID 1 never reaps: a fork loop's dead parents would
+ *                     pile up as zombies and use up the pids); exits when no
+ *                     descendant is left.
  *
  * Every mode prints "ready" on stdout once it runs, then never exits on its
  * own. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -25,6 +32,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void ready(void)
@@ -33,13 +41,18 @@ static void ready(void)
     fflush(stdout);
 }
 
-static int snipe(void)
+static int snipe(int snipers)
 {
     char buf[32];
     int fd = open("/proc/sys/kernel/ns_last_pid", O_RDONLY);
     if (fd < 0)
         return 1;
-    ready();
+    int first = 1;
+    for (int i = 1; i < snipers && first; i++)
+        if (fork() == 0)
+            first = 0;
+    if (first)
+        ready();
     for (;;) {
         ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
         if (n <= 0)
@@ -99,6 +112,19 @@ static int hold_lock(const char *path)
         pause();
 }
 
+static int reap(char **argv)
+{
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    pid_t child = fork();
+    if (child == 0) {
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    while (waitpid(-1, NULL, 0) > 0 || errno == EINTR)
+        ;
+    return 0;
+}
+
 static void *worker(void *arg)
 {
     (void)arg;
@@ -119,7 +145,9 @@ static int threads(void)
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "snipe") == 0)
-        return snipe();
+        return snipe(argc >= 3 ? atoi(argv[2]) : 1);
+    if (argc >= 3 && strcmp(argv[1], "reap") == 0)
+        return reap(argv + 2);
     if (argc >= 2 && strcmp(argv[1], "forkloop") == 0)
         return forkloop();
     if (argc >= 3 && strcmp(argv[1], "rename") == 0)
@@ -128,6 +156,6 @@ int main(int argc, char **argv)
         return hold_lock(argv[2]);
     if (argc >= 2 && strcmp(argv[1], "threads") == 0)
         return threads();
-    fprintf(stderr, "usage: fighter snipe|forkloop|rename NAME|flock FILE|threads\n");
+    fprintf(stderr, "usage: fighter snipe [N]|forkloop|rename NAME|flock FILE|threads|reap CMD...\n");
     return 2;
 }

@@ -1,5 +1,6 @@
 """Fixtures of the sweep tests: a mount namespace with its own /tmp, and a
 minion whose pillar points the sweep's log at a file of its own."""
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -7,7 +8,26 @@ from pathlib import Path
 import pytest
 
 from tests import sweep_scenarios as sc
-from tests.helpers import local_minion, private_tmp_namespace, require_tools
+from tests.helpers import Chain, lay_down, live_spool, local_minion, private_tmp_namespace, require_tools
+
+
+@pytest.fixture
+def own_chain(tmp_path, salt_call, accounts):
+    """A chain of its own, for tests that add parts or change settings."""
+    def make(**settings):
+        live_spool(tmp_path / "spool")
+        c = Chain(tmp_path / "slurm", tmp_path / "localusers", tmp_path / "epilog.log", tmp_path / "spool")
+        lay_down(salt_call, c, **settings)
+        return c
+    return make
+
+
+def add_part(chain, name, body, mode=0o755):
+    """A site's own part in epilog.d."""
+    path = chain.conf_dir / "epilog.d" / name
+    path.write_text("#!/bin/bash\n" + body + "\n")
+    os.chmod(path, mode)
+    return path
 
 
 @pytest.fixture

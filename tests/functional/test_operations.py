@@ -113,6 +113,52 @@ def test_verify_checks_localusers_tools_and_slurm_conf(node):
     assert report["result"] is True, report["problems"]
 
 
+def wired(node, extra=""):
+    """A slurm.conf that wires the chain as verify wants it, plus EXTRA."""
+    (node.conf_dir / "slurm.conf").write_text(
+        f"ClusterName=x\nEpilog={node.conf_dir}/epilog.sh\nProlog={node.conf_dir}/prolog.sh\n"
+        f"PrologFlags=Alloc,Contain\nSlurmdSpoolDir={node.base}/spool\n{extra}")
+
+
+def test_verify_reports_a_chain_that_cannot_finish_within_its_deadline_or_slurms(node):
+    """Promise 6: the chain's worst case (parts x (part_timeout + 2), plus
+    the squeue fallback) must fit in chain_timeout, and chain_timeout must be
+    below slurm.conf's EpilogTimeout (PrologEpilogTimeout before 25.05), or
+    slurmd kills a slow epilog and drains the node. The old defaults gave
+    about 146 s, above a common 120 s."""
+    node.apply()
+    wired(node, "PrologEpilogTimeout=120\n")
+    report = node.run("verify")
+    assert report["result"] is True, report["problems"]  # the defaults: 4 x (20 + 2) + 5 + 1 = 94 <= 100 < 120
+    wired(node, "PrologEpilogTimeout=90\n")
+    problems = "\n".join(node.run("verify")["problems"])
+    assert "epilog:chain_timeout (100 s) is not below slurm.conf's prologepilogtimeout (90 s)" in problems
+    node.set_pillar(part_timeout=30)
+    node.apply()
+    wired(node, "EpilogTimeout=120\n")
+    problems = "\n".join(node.run("verify")["problems"])
+    assert ("the epilog chain's worst case is 134 s (4 parts x (part_timeout 30 + 2) + squeue_timeout 5 + 1), "
+            "above epilog:chain_timeout 100") in problems
+
+
+def test_verify_reports_a_log_directory_another_account_can_write(node):
+    """Promise 7: the scripts write the log only where root alone can; if
+    the log's directory has been handed to slurm since the state laid it
+    down, verify says so, naming the entry (and the scripts log to syslog
+    only)."""
+    node.apply()
+    wired(node)
+    shutil.chown(node.base, "slurm", "slurm")
+    try:
+        problems = node.run("verify")["problems"]
+    finally:
+        shutil.chown(node.base, "root", "root")
+    assert problems == [f"the state epilog does not render: epilog:log_file ('{node.base}/epilog.log'): {node.base} "
+                        "is a symlink, not owned by root, or writable by its group or others (uid 64030, mode 40755); "
+                        "the epilog runs as root and writes only where no other account can plant a symlink: choose a "
+                        "directory only root can write, e.g. /var/log/slurm-epilog"], problems
+
+
 def test_verify_names_a_missing_tool(node):
     """flock made unusable for real: /dev/null bind-mounted over it in a
     private mount namespace, where salt-call runs."""

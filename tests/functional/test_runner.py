@@ -10,25 +10,10 @@ import time
 
 import pytest
 
-from tests.helpers import Chain, end, live_spool, killed, lay_down, owned_file, require_tools, slurmd_env, still_running, stray
+from tests.functional.conftest import add_part
+from tests.helpers import end, killed, owned_file, require_tools, slurmd_env, still_running, stray
 
 
-@pytest.fixture
-def own_chain(tmp_path, salt_call, accounts):
-    """A chain of its own, for tests that add parts or change settings."""
-    def make(**settings):
-        live_spool(tmp_path / "spool")
-        c = Chain(tmp_path / "slurm", tmp_path / "localusers", tmp_path / "epilog.log", tmp_path / "spool")
-        lay_down(salt_call, c, **settings)
-        return c
-    return make
-
-
-def add_part(chain, name, body, mode=0o755):
-    path = chain.conf_dir / "epilog.d" / name
-    path.write_text("#!/bin/bash\n" + body + "\n")
-    os.chmod(path, mode)
-    return path
 
 
 def test_runner_runs_parts_in_ascending_order_and_only_run_parts_names(own_chain, tmp_path):

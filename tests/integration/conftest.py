@@ -17,6 +17,7 @@ from tests.helpers import HOST, Chain, kill_pidfile, lay_down, require, require_
 SLURMCTLD_PORT = 16817
 SLURMD_PORT = 16818
 SSHD_PORT = 2222
+LISTFILE_SSHD_PORT = 2223
 OPERATOR = "opal"
 
 
@@ -201,27 +202,30 @@ def rsyslog(tmp_path_factory):
     r.stop()
 
 
-@pytest.fixture(scope="session")
-def sshd(tmp_path_factory, accounts):
-    """A real sshd on 127.0.0.1:2222 with key logins for the test accounts."""
-    require_tools("/usr/sbin/sshd", "ssh", "ssh-keygen")
-    require(port_free(SSHD_PORT), f"port {SSHD_PORT} free for the test sshd")
-    base = tmp_path_factory.mktemp("sshd")
-    os.chmod(base, 0o755)
-    Path("/run/sshd").mkdir(exist_ok=True)
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(base / "host_key")], check=True)
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(base / "client_key")], check=True)
-    pub = (base / "client_key.pub").read_text()
-    for user in ("opal", "alice"):
-        pw = pwd.getpwnam(user)
-        ssh_dir = Path(pw.pw_dir) / ".ssh"
-        ssh_dir.mkdir(mode=0o700, exist_ok=True)
-        (ssh_dir / "authorized_keys").write_text(pub)
-        for path in (ssh_dir, ssh_dir / "authorized_keys"):
-            os.chown(path, pw.pw_uid, pw.pw_gid)
-    conf = base / "sshd_config"
-    conf.write_text(f"""\
-Port {SSHD_PORT}
+class Sshd:
+    """A real sshd on 127.0.0.1 with key logins for opal and alice. With
+    ALLOW_FILE, it runs in a mount namespace whose /etc/pam.d/sshd starts
+    the account stack with pam_listfile on that file, as sites restrict ssh
+    to the users with a job on the node (the file the prolog and 39 edit)."""
+
+    def __init__(self, base, port, allow_file=None):
+        self.base, self.port = base, port
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(base / "host_key")], check=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(base / "client_key")], check=True)
+        pub = (base / "client_key.pub").read_text()
+        for user in ("opal", "alice"):
+            pw = pwd.getpwnam(user)
+            ssh_dir = Path(pw.pw_dir) / ".ssh"
+            ssh_dir.mkdir(mode=0o700, exist_ok=True)
+            keys = ssh_dir / "authorized_keys"
+            old = keys.read_text() if keys.exists() else ""
+            if pub not in old:
+                keys.write_text(old + pub)
+            for path in (ssh_dir, keys):
+                os.chown(path, pw.pw_uid, pw.pw_gid)
+        conf = base / "sshd_config"
+        conf.write_text(f"""\
+Port {port}
 ListenAddress 127.0.0.1
 HostKey {base}/host_key
 PidFile {base}/sshd.pid
@@ -229,17 +233,53 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 PubkeyAuthentication yes
 UsePAM yes
+MaxStartups 100
 """)
-    subprocess.run(["/usr/sbin/sshd", "-f", str(conf)], check=True)
-    wait_for(lambda: not port_free(SSHD_PORT), 10, what="sshd to listen")
+        command = ["/usr/sbin/sshd", "-f", str(conf)]
+        if allow_file is not None:
+            pam = base / "pam.d-sshd"
+            pam.write_text(f"account required pam_listfile.so item=user sense=allow file={allow_file} onerr=fail\n"
+                           + Path("/etc/pam.d/sshd").read_text())
+            command = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                       f'mount --bind {pam} /etc/pam.d/sshd && exec "$@"', "sh", *command]
+        subprocess.run(command, check=True)
+        wait_for(lambda: not port_free(port), 10, what=f"sshd to listen on {port}")
 
-    def login(user, command):
+    def __call__(self, user, command):
         return subprocess.Popen(
-            ["ssh", "-i", str(base / "client_key"), "-p", str(SSHD_PORT), "-o", "BatchMode=yes",
+            ["ssh", "-i", str(self.base / "client_key"), "-p", str(self.port), "-o", "BatchMode=yes",
              "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
              f"{user}@127.0.0.1", command],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
 
-    yield login
-    stop_pidfile(base / "sshd.pid")
+    def stop(self):
+        stop_pidfile(self.base / "sshd.pid")
+
+
+def start_sshd(tmp_path_factory, name, port, allow_file=None):
+    require_tools("/usr/sbin/sshd", "ssh", "ssh-keygen")
+    require(port_free(port), f"port {port} free for the test sshd")
+    base = tmp_path_factory.mktemp(name)
+    os.chmod(base, 0o755)
+    Path("/run/sshd").mkdir(exist_ok=True)
+    return Sshd(base, port, allow_file)
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory, accounts):
+    """A real sshd on 127.0.0.1:2222 with key logins for the test accounts."""
+    server = start_sshd(tmp_path_factory, "sshd", SSHD_PORT)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def listfile_sshd(tmp_path_factory, accounts, slurm):
+    """A real sshd on 127.0.0.1:2223 that lets in only the users listed in
+    the test Slurm's ssh allow file (pam_listfile, account stack)."""
+    require(Path("/lib/x86_64-linux-gnu/security/pam_listfile.so").exists() or Path("/usr/lib64/security/pam_listfile.so").exists(),
+            "pam_listfile (libpam-modules)")
+    server = start_sshd(tmp_path_factory, "listfile-sshd", LISTFILE_SSHD_PORT, allow_file=slurm.chain.allow_file)
+    yield server
+    server.stop()

@@ -117,12 +117,21 @@ def test_another_job_of_the_user_keeps_the_lastuserjob_parts_from_running(slurm,
 
 
 def test_decisions_reach_syslog_with_tag_slurm_epilog(slurm, rsyslog):
+    """Promise 12: every wait waits for the event it checks. The prolog's
+    line of the same job reaches syslog first; the test waits for the very
+    lines it asserts (part 40's decision and the runner's end), not for the
+    first line of the job."""
     job, _ = slurm.run_job("alice", "true")
     slurm.wait_epilog_end(job)
-    lines = wait_for(lambda: [l for l in rsyslog.text().splitlines() if "slurm-epilog" in l and f"job={job} " in l],
-                     10, what="syslog lines of the job")
-    assert any("40-lastuserjob-processes" in l for l in lines), lines
-    assert any("epilog.sh" in l and ": end" in l for l in lines), lines
+
+    def decisions():
+        lines = [l for l in rsyslog.text().splitlines() if "slurm-epilog" in l and f"job={job} " in l]
+        wanted = [any("40-lastuserjob-processes" in l and "killed the processes of uid" in l for l in lines),
+                  any("epilog.sh" in l and l.endswith(": end") for l in lines)]
+        return lines if all(wanted) else None
+
+    lines = wait_for(decisions, 30, what=f"part 40's decision and the runner's end of job {job} in syslog")
+    assert all("slurm-epilog" in l for l in lines), lines
 
 
 def test_node_never_drains_without_syslog_daemon(slurm, rsyslog):

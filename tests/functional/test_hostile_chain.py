@@ -1,0 +1,361 @@
+"""The chain against a hostile user, a misbehaving site part and a
+compromised slurm account: real accounts, real processes (some of them C
+helpers from tests/c, compiled at test time, because a race needs C speed),
+real files, and the scripts as the state lays them down, run in the bare
+environment slurmd gives an epilog. Each test names the promise it attacks."""
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.functional.conftest import add_part
+from tests.helpers import (end, hostile, kill_all_of, live_processes_of, owned_file, process_uids, slurmd_env, stray,
+                           uid_of, wait_for)
+
+# The epilog of alice's last job on this node: another job's socket is not in
+# the spool, SLURM_CONF points nowhere (no controller), so the decision is
+# node-local, and alice is not in the list.
+ALICE = "alice"
+
+
+@pytest.fixture
+def alice_cleanup(accounts):
+    yield
+    kill_all_of(ALICE)
+
+
+def run_epilog(chain, user=ALICE, **env):
+    ret = chain.run(chain.conf_dir / "epilog.sh", slurmd_env(user, SLURM_CONF="/nonexistent/slurm.conf", **env))
+    assert ret.returncode == 0, ret
+    return ret
+
+
+# -- 1. nothing of the user survives part 40 ----------------------------------
+@pytest.mark.parametrize("attacks", [
+    [["snipe"]], [["snipe", "2"]], [["forkloop"]], [["rename", "slurmstepd"]], [["threads"]],
+    [["forkloop"], ["rename", "sshd"], ["threads"], ["snipe", "2"]],
+], ids=["one-sniper", "two-snipers", "fork-loop", "renames-itself", "zombie-leader-with-a-live-thread", "all-at-once"])
+def test_nothing_of_the_user_survives_part_40(chain, cbin, alice_cleanup, attacks):
+    """Promise 1: at the user's last job end no process of that uid
+    survives. alice's processes fight back: a sniper SIGKILLs every new pid
+    near ns_last_pid (the old part 40's `setpriv ... kill -1` ran as alice
+    and died with rc=137), a loop forks and lets its parent die so the pid
+    keeps moving, a process keeps renaming itself, a process whose main
+    thread exited shows in /proc as a zombie while a thread runs on. Strays
+    of hers run beside them."""
+    strays = [stray(ALICE) for _ in range(3)]  # first: a sniper kills any new process of hers
+    fighters = [hostile(ALICE, str(cbin / "fighter"), *attack, reaper=cbin / "fighter")[0]
+                for attack in attacks]  # the sniper last
+    assert live_processes_of(uid_of(ALICE)), "precondition: alice has live processes"
+    run_epilog(chain)
+    left = live_processes_of(uid_of(ALICE))
+    assert left == {}, f"processes of alice survived part 40: {left}"
+    log = chain.log_text()
+    assert f"killed the processes of uid {uid_of(ALICE)}" in log
+    for proc in fighters + strays:
+        end(proc)
+
+
+def test_a_login_that_never_finishes_hits_the_bound_and_part_40_says_so(chain, alice_cleanup, tmp_path):
+    """Promise 1, the bound. Part 40 goes on while root's sshd monitor of a
+    login of the user lives (that login passed pam_listfile before 39
+    revoked it, and its shell may still start). A monitor that never ends
+    (as one hung in PAM on a dead NFS home would) cannot keep part 40 busy
+    for ever: it gives up after its bound (50 rounds or 5 s), logs what it
+    waited for, and exits 0."""
+    sshd = tmp_path / "sshd"
+    shutil.copy("/bin/sleep", sshd)  # root's process named sshd, titled as sshd titles a monitor
+    monitor = subprocess.Popen(["bash", "-c", f'exec -a "sshd: {ALICE} [priv]" {sshd} 600'], start_new_session=True)
+    victim = stray(ALICE)
+    try:
+        wait_for(lambda: Path(f"/proc/{monitor.pid}/cmdline").read_bytes().startswith(f"sshd: {ALICE} [priv]".encode()),
+                 10, what="the monitor's title")
+        mark = len(chain.log_text())
+        ret = chain.run_part("40-lastuserjob-processes", slurmd_env(ALICE))
+        assert ret.returncode == 0, ret
+        log = chain.log_text()[mark:]
+        assert f"processes of uid {uid_of(ALICE)} survived" in log, log
+        assert f"1 {monitor.pid}(sshd: {ALICE} [priv]); gave up (bound: 50 rounds or 5 s)" in log, log
+        assert process_uids(victim.pid) is None, "the user's own process was killed all the same"
+        assert process_uids(monitor.pid) is not None, "root's process is never signalled"
+    finally:
+        end(monitor)
+        end(victim)
+
+
+@pytest.mark.parametrize("uid,refusal", [
+    ("4294967295", "could not kill the processes of uid 4294967295 (perl rc=2)"),  # the sender refuses
+    ("0", "SLURM_JOB_UID (0) is not a uid from 1 to 4294967294"),  # the guard refuses first
+])
+def test_part_40_sends_nothing_unless_it_really_runs_as_the_user(chain, uid, refusal):
+    """Promise 1: after dropping privileges, check the effective uid before
+    signalling anything. A verdict for uid 4294967295 ((uid_t)-1: setresuid
+    leaves such a process root) or 0 reaches part 40 through the runner's
+    channel (nothing else can hand it one): it is refused, and root's
+    processes live on."""
+    proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        env = slurmd_env(ALICE, SLURM_JOB_UID=uid, EPILOG_ACT_UID=uid, EPILOG_ACT_USER=ALICE)
+        mark = len(chain.log_text())
+        assert chain.run_part("40-lastuserjob-processes", env).returncode == 0
+        assert process_uids(proc.pid) is not None, "part 40 killed a process of root"
+        log = chain.log_text()[mark:]
+        assert refusal in log, log
+    finally:
+        end(proc)
+
+
+# -- 3. the last-job decision uses only evidence a user cannot forge ------------
+@pytest.fixture
+def fake_stepd(alice_cleanup):
+    """alice's own copy of bash, named slurmstepd and titled like root's
+    ("slurmstepd: [999.extern]"), parenting a process of hers."""
+    home = Path(tempfile.mkdtemp(prefix="epilog-fake-stepd-", dir="/var/tmp"))
+    os.chmod(home, 0o755)
+    shutil.copy("/bin/bash", home / "slurmstepd")
+    os.chown(home / "slurmstepd", uid_of(ALICE), uid_of(ALICE))
+    proc, line = hostile(ALICE, "bash", "-c", f'exec -a "slurmstepd: [999.extern]" {home}/slurmstepd -c '
+                                              "'sleep 600 & echo ready; wait'")
+    assert line == "ready"
+    children = wait_for(lambda: [p for p, name in live_processes_of(uid_of(ALICE)).items() if name == "sleep"], 5,
+                        what="the fake slurmstepd's child")
+    yield proc, children
+    end(proc)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_users_fake_slurmstepd_is_no_evidence_of_another_job(own_chain, fake_stepd):
+    """Promise 3: only root's real slurmstepd counts. The spool belongs to
+    the slurm user (as Debian's /var/lib/slurm/slurmd does), so the runner
+    may not trust it and asks for slurmstepd processes: alice's fake, with
+    a child of hers, must not make it answer "another job: yes" and skip the
+    cleanup."""
+    c = own_chain()
+    shutil.chown(c.spool_dir, "slurm", "slurm")
+    proc, children = fake_stepd
+    run_epilog(c)
+    start = next(line for line in c.log_text().splitlines() if "epilog.sh" in line and "start;" in line)
+    assert "other jobs of this user on this node: no (node-local: no slurmstepd of root on this node)" in start, start
+    assert live_processes_of(uid_of(ALICE)) == {}, "alice's fake slurmstepd and its child outlived her last job"
+
+
+def test_a_spool_the_slurm_user_can_write_is_not_evidence(own_chain):
+    """Promise 3: step sockets count only in slurmd's own root-owned spool. A
+    compromised slurm account owns Debian's spool and could remove another
+    job's step sockets to make the runner answer "no other job": with the
+    spool not root's alone, the runner never reads it."""
+    c = own_chain()
+    shutil.chown(c.spool_dir, "slurm", "slurm")
+    run_epilog(c, user="je.kim")
+    start = next(line for line in c.log_text().splitlines() if "epilog.sh" in line and "start;" in line)
+    assert f"no step of another job in {c.spool_dir}" not in start, start
+
+
+# -- 5. no other account can stall the allow-file edits -------------------------
+def test_no_other_account_can_hold_the_allow_file_lock(chain, cbin, alice_cleanup):
+    """Promise 5: alice takes an exclusive flock on the allow file's
+    directory (what the edits used to lock: any user can open a directory
+    read-only) and tries to on ssh_allow.lock, the lock they use now (root
+    0600: she cannot even open it). The prolog of another user's job still
+    adds the line, without waiting for any lock."""
+    old, line = hostile(ALICE, str(cbin / "fighter"), "flock", "/etc")  # the default allow file's directory
+    assert line == "locked", "precondition: any user can lock a directory she can open"
+    new, line = hostile(ALICE, str(cbin / "fighter"), "flock", str(chain.conf_dir / "ssh_allow.lock"))
+    assert line == "denied 13", line
+    chain.allow_file.write_text("bob\n")
+    mark = len(chain.log_text())
+    ret = chain.run(chain.conf_dir / "prolog.sh", slurmd_env("alicex"))
+    assert ret.returncode == 0, ret
+    assert chain.allow_file.read_text() == "bob\nalicex\n"
+    assert "cannot lock" not in chain.log_text()[mark:]
+    end(old)
+    end(new)
+
+
+# -- 6. a part's leftovers never hold up the runner ---------------------------------
+def test_a_site_part_that_leaves_processes_behind_does_not_hold_the_runner(own_chain, alice_cleanup):
+    """Promise 6: a site part runs `sleep 600 &`, another starts a daemon with
+    setsid; with part_timeout 20 the runner must still end as soon as its
+    parts have returned (it used to wait on its capture pipe for as long as
+    they lived: slurmd would kill it and drain the node). The formula's own
+    parts after them still run."""
+    c = own_chain()
+    marker = f"epilog-leftover-{os.getpid()}"
+    add_part(c, "20-background", f"bash -c 'exec -a {marker} sleep 600' & exit 0")
+    add_part(c, "21-daemon", f"setsid -f bash -c 'exec -a {marker} sleep 600'; exit 0")
+    victim = stray(ALICE)
+    try:
+        # 60 s is far below the leftovers' 600 s: a runner waiting on them fails here.
+        ret = c.run(c.conf_dir / "epilog.sh", slurmd_env(ALICE, SLURM_CONF="/nonexistent/slurm.conf"), timeout=60)
+        assert ret.returncode == 0
+        log = c.log_text()
+        assert "epilog.sh job=4242 user=alice: end" in log
+        assert process_uids(victim.pid) is None, "part 40 did not run after the site parts"
+        leftovers = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+        assert len(leftovers) == 2, "precondition: both site parts left a process running"
+    finally:
+        subprocess.run(["pkill", "-f", marker])
+        end(victim)
+
+
+def test_the_whole_chain_keeps_its_own_deadline(own_chain, alice_cleanup):
+    """Promise 6: the chain has its own deadline below slurm.conf's
+    EpilogTimeout. With chain_timeout 8 and part_timeout 5, a hanging site
+    part is stopped, and the parts after it get only what is left of the
+    deadline: once nothing is left they are skipped, with a warning,
+    instead of running on into slurmd's timeout (a skipped lastuserjob part
+    does nothing destructive)."""
+    c = own_chain(part_timeout=5, chain_timeout=8, sweep_budget=1)
+    add_part(c, "10-hang", "sleep 120")
+    add_part(c, "20-hang", "sleep 120")
+    victim = stray(ALICE)
+    try:
+        ret = c.run(c.conf_dir / "epilog.sh", slurmd_env(ALICE, SLURM_CONF="/nonexistent/slurm.conf"), timeout=60)
+        assert ret.returncode == 0
+        log = c.log_text()
+        assert "10-hang exited 124" in log
+        for part in ("39-lastuserjob-ssh", "40-lastuserjob-processes", "42-lastuserjob-cleanup", "45-stale-x-display"):
+            assert f"skipping {part}: the chain's deadline of 8s is reached" in log, log
+        assert process_uids(victim.pid) is not None
+    finally:
+        end(victim)
+
+
+# -- 7. no other account can redirect or block root's log write -----------------
+@pytest.fixture
+def reachable():
+    """A directory every account can reach (pytest's own are 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="epilog-hostile-", dir="/var/tmp"))
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def compromised_log_dir(own_chain, base):
+    """The chain laid down, then its log directory handed to the slurm user
+    (a compromised slurm owns Debian's /var/log/slurm)."""
+    log_dir = base / "log-of-slurm"
+    c = own_chain(log_file=str(log_dir / "epilog.log"))
+    shutil.chown(log_dir, "slurm", "slurm")
+    return c, log_dir
+
+
+def as_slurm(*argv):
+    pw = pwd.getpwnam("slurm")
+    subprocess.run(["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups", *argv], check=True)
+
+
+def test_a_symlink_swapped_in_by_the_slurm_user_is_never_followed(own_chain, tmp_path, reachable, alice_cleanup):
+    """Promise 7: the slurm account owns the log directory and swaps
+    epilog.log for a symlink to a root-only file, then to a file that does
+    not exist yet (as /etc/nologin would be): job ends append nothing to the
+    one and never create the other."""
+    c, log_dir = compromised_log_dir(own_chain, reachable)
+    vault = tmp_path / "vault"
+    vault.mkdir(mode=0o700)
+    secret = vault / "secret"
+    secret.write_text("root only\n")
+    os.chmod(secret, 0o600)
+    (log_dir / "epilog.log").unlink(missing_ok=True)
+    as_slurm("ln", "-s", str(secret), str(log_dir / "epilog.log"))
+    for _ in range(5):
+        run_epilog(c)
+    assert secret.read_text() == "root only\n"
+    as_slurm("rm", str(log_dir / "epilog.log"))
+    as_slurm("ln", "-s", str(vault / "nologin"), str(log_dir / "epilog.log"))
+    for _ in range(5):
+        run_epilog(c)
+    assert not (vault / "nologin").exists(), "root created a file through the slurm user's symlink"
+
+
+def test_a_fifo_swapped_in_by_the_slurm_user_never_blocks_the_runner(own_chain, reachable, alice_cleanup):
+    """Promise 7: a FIFO in place of epilog.log, with no reader: the runner
+    must not block on it (60 s is far above a job end, and the part
+    timeouts would not save a runner that blocks itself)."""
+    c, log_dir = compromised_log_dir(own_chain, reachable)
+    (log_dir / "epilog.log").unlink(missing_ok=True)
+    as_slurm("mkfifo", str(log_dir / "epilog.log"))
+    victim = stray(ALICE)
+    ret = c.run(c.conf_dir / "epilog.sh", slurmd_env(ALICE, SLURM_CONF="/nonexistent/slurm.conf"), timeout=60)
+    assert ret.returncode == 0
+    assert process_uids(victim.pid) is None, "the chain did not clean up"
+
+
+# -- 9. the name and the uid must agree, or nothing happens ---------------------
+@pytest.mark.parametrize("user,uid_of_whom", [
+    ("alice", "opal"),        # alice's name, the uid of a listed operator
+    ("nobody", "alice"),      # Slurm 22.05's answer when its own lookup fails
+    ("alicex", "alice"),      # another ordinary account's name
+])
+def test_a_name_that_does_not_resolve_to_the_jobs_uid_changes_nothing(chain, user, uid_of_whom, alice_cleanup):
+    """Promise 9: the guard looks up localusers by name, part 40 kills by
+    uid: unless the name resolves on this node to exactly SLURM_JOB_UID the
+    user is unknown and the lastuserjob parts do nothing, to anybody."""
+    victim = stray(uid_of_whom)
+    residue = owned_file(uid_of_whom)
+    chain.allow_file.write_text(f"{user}\n{uid_of_whom}\n")
+    try:
+        mark = len(chain.log_text())
+        run_epilog(chain, user=user, SLURM_JOB_UID=uid_of(uid_of_whom))
+        assert process_uids(victim.pid) is not None, f"a process of {uid_of_whom} was killed"
+        assert residue.exists()
+        assert chain.allow_file.read_text() == f"{user}\n{uid_of_whom}\n"
+        log = chain.log_text()[mark:]
+        assert f"does not resolve on this node to uid {uid_of(uid_of_whom)}" in log, log
+        for part in ("39-lastuserjob-ssh", "40-lastuserjob-processes", "42-lastuserjob-cleanup"):
+            assert chain.run_part(part, slurmd_env(user, uid=uid_of(uid_of_whom))).returncode == 0
+        assert process_uids(victim.pid) is not None and residue.exists()
+    finally:
+        end(victim)
+        residue.unlink(missing_ok=True)
+        kill_all_of(uid_of_whom)
+
+
+@pytest.mark.parametrize("uid", ["0", "4294967295", "4294967296", "99999999999", "", "+1001", "01001", "1001 "])
+def test_a_uid_outside_1_to_4294967294_changes_nothing(chain, uid, alice_cleanup):
+    """Promise 9: refuse uids outside 1..4294967294 (and anything that is not
+    a plain number)."""
+    victim = stray(ALICE)
+    try:
+        mark = len(chain.log_text())
+        run_epilog(chain, SLURM_JOB_UID=uid)
+        assert process_uids(victim.pid) is not None
+        assert "is not a uid from 1 to 4294967294" in chain.log_text()[mark:]
+    finally:
+        end(victim)
+
+
+def test_a_name_of_digits_only_is_unknown(chain, alice_cleanup):
+    """Promise 9: `id` reads a name of digits only as a uid, so the name
+    "1001" would resolve to alice's uid 1001 with no account named 1001."""
+    uid = uid_of(ALICE)
+    victim = stray(ALICE)
+    try:
+        run_epilog(chain, user=str(uid), SLURM_JOB_UID=uid)
+        assert process_uids(victim.pid) is not None
+        assert "is digits only" in chain.log_text()
+    finally:
+        end(victim)
+
+
+def test_a_directory_user_named_dash_v_is_cleaned_up_like_anyone(chain, directory_users):
+    """Promise 10: names are data everywhere. '-v' (uid 2999, served by NSS
+    as a directory would) reaches id, grep, the allow file edit and the
+    sender as data, and is cleaned up like any user."""
+    proc = subprocess.Popen(["setpriv", "--reuid=2999", "--regid=2999", "--clear-groups", "sleep", "600"],
+                            start_new_session=True)
+    chain.allow_file.write_text("bob\n-v\n")
+    try:
+        ret = chain.run(chain.conf_dir / "epilog.sh",
+                        {**slurmd_env("-v", SLURM_CONF="/nonexistent/slurm.conf"), **directory_users.env},
+                        prefix=directory_users.prefix)
+        assert ret.returncode == 0, ret
+        assert wait_for(lambda: proc.poll() is not None, 10, what="-v's process to die")
+        assert chain.allow_file.read_text() == "bob\n"
+    finally:
+        end(proc)
+

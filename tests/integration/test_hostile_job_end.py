@@ -1,0 +1,114 @@
+"""Real job ends on the real one-node Slurm under attack: ssh logins racing
+the job end through a real sshd that admits only the users in the allow file
+(pam_listfile), and the same user's next job submitted while the epilog of
+the one before still runs. Each test names the promise it attacks."""
+import os
+import pwd
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import kill_all_of, live_processes_of, uid_of, wait_for
+
+ALICE = "alice"
+
+
+class Hammer:
+    """THREADS loops of ssh logins as USER, each leaving a detached process
+    behind, until stopped. Records when each login started and whether sshd
+    let it in."""
+
+    def __init__(self, sshd, user, threads=4):
+        self.sshd, self.user = sshd, user
+        self.stopping = threading.Event()
+        self.results = []  # (started, admitted)
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(threads)]
+
+    def _loop(self):
+        while not self.stopping.is_set():
+            started = time.monotonic()
+            proc = self.sshd(self.user, "setsid -f sleep 600 </dev/null >/dev/null 2>&1; echo in")
+            out, _ = proc.communicate(timeout=60)
+            with self.lock:
+                self.results.append((started, out.strip() == "in"))
+
+    def __enter__(self):
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def admitted_before(self, moment):
+        with self.lock:
+            return sum(admitted for started, admitted in self.results if started < moment)
+
+    def refused_after(self, moment):
+        with self.lock:
+            return sum(not admitted for started, admitted in self.results if started > moment)
+
+    def __exit__(self, *exc):
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(timeout=90)
+
+
+@pytest.mark.parametrize("run", [1, 2, 3])
+def test_a_login_racing_the_job_end_leaves_nothing_behind(slurm, listfile_sshd, rsyslog, run):
+    """Promise 2: revoke access first, then kill. alice's ssh logins hammer
+    the node (4 at a time, each leaving a detached process) while her job
+    runs and ends. Access is revoked (39) before anything is killed (40),
+    and 40 outlasts the logins that passed the check just before: after the
+    epilog, once sshd refuses her, none of her processes is left. (With 40
+    before 41, one or two survived each run.)"""
+    slurm.chain.allow_file.write_text("")
+    try:
+        with Hammer(listfile_sshd, ALICE) as hammer:
+            job = slurm.submit(ALICE, "sleep 4")
+            wait_for(lambda: hammer.admitted_before(time.monotonic()) > 0, 60,
+                     what="a login of alice admitted while her job runs")
+            slurm.wait_epilog_end(job)
+            ended = time.monotonic()
+            wait_for(lambda: hammer.refused_after(ended) >= 4, 60, what="sshd to refuse alice after her job end")
+        log = "\n".join(slurm.job_log(job))
+        assert log.index("39-lastuserjob-ssh") < log.index("40-lastuserjob-processes"), log
+        left = live_processes_of(uid_of(ALICE))
+        assert left == {}, f"processes of alice outlived her last job end: {left}\n{log}"
+    finally:
+        kill_all_of(ALICE)
+        slurm.wait_idle()
+
+
+def test_a_new_job_of_the_user_is_never_hit_by_the_epilog_of_the_one_before(slurm, rsyslog):
+    """Promise 4 (a regression test: the window does not open on Slurm
+    22.05). A site part sleeps 3 s between the runner's "last job?" decision
+    and part 40. alice's second job, submitted inside that window, is
+    allocated only after the first job's epilog has ended: Slurm does not
+    start a job on a node while a job there is completing. So her second job
+    runs to its end, untouched."""
+    slow = slurm.chain.conf_dir / "epilog.d/30-site-slow"
+    slow.write_text("#!/bin/bash\nsleep 3\n")
+    os.chmod(slow, 0o755)
+    home = Path(pwd.getpwnam(ALICE).pw_dir)
+    marker = home / f"second-job-{os.getpid()}"
+    marker.unlink(missing_ok=True)
+    try:
+        first = slurm.submit(ALICE, "true")
+        wait_for(lambda: any("epilog.sh" in line and "start;" in line for line in slurm.job_log(first)), 60,
+                 what="the first job's epilog to start")
+        second = slurm.submit(ALICE, f"sleep 2; echo survived > {marker}")
+        slurm.wait_epilog_end(first)
+        slurm.wait_epilog_end(second)
+        assert marker.read_text() == "survived\n", "the second job was killed by the first job's epilog"
+        lines = slurm.chain.log_text().splitlines()
+        first_end = max(i for i, line in enumerate(lines) if f"epilog.sh job={first} " in line and line.endswith(": end"))
+        second_prolog = min(i for i, line in enumerate(lines) if f"job={second} " in line and "prolog.sh" in line
+                            or f"job={second} " in line and "50-exclusive-ssh" in line)
+        assert first_end < second_prolog, "\n".join(lines[-40:])
+        first_log = "\n".join(slurm.job_log(first))
+        assert "other jobs of this user on this node: no" in first_log
+    finally:
+        slow.unlink(missing_ok=True)
+        marker.unlink(missing_ok=True)
+        slurm.wait_idle()
