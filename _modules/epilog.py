@@ -16,19 +16,30 @@ So the part and the module share one decision table and cannot drift.
 The sweep removes what crashed X/VNC servers and Cadence clients leave in
 /tmp, and the ending job's scratch, but only what no live process holds:
 
-==============================================  ==========================
-residue                                         action
-==============================================  ==========================
-orphan socket /tmp/.X11-unix/X<N>: not bound    remove
-socket held: bound in a socket table            keep
-orphan socket whose lock's pid is alive         keep both
-stale lock /tmp/.X<N>-lock: pid dead, no socket remove
-/tmp/clsbd.<user>.<pid>, pid alive              keep
-/tmp/clsbd.<user>.<pid>, pid dead               remove
-malformed lock content or name                  keep, and report it
-unknown: cannot tell whether held               keep
-/tmp entry matching scratch_patterns for job    remove (only that job's)
-==============================================  ==========================
+=================================================  =========================
+residue                                            action
+=================================================  =========================
+orphan socket /tmp/.X11-unix/X<N>: no live socket  remove
+  is bound to it, and a connect is refused
+socket held: a live socket is bound to it (the     keep
+  kernel's socket diagnostics, every netns)
+orphan socket whose lock names a live process of   keep both
+  the lock's owner
+stale lock /tmp/.X<N>-lock: its pid is dead or     remove
+  not the owner's, no socket
+/tmp/clsbd.<user>.<pid>, pid a live process of     keep
+  the file's owner
+/tmp/clsbd.<user>.<pid>, otherwise                 remove
+malformed lock content or name                     keep, and report it
+unknown: the diagnostics cannot be read            keep
+an entry that cannot be judged (EACCES, ...)       keep, report, go on
+/tmp entry matching scratch_patterns for the job   remove what the job's
+                                                   uid owns, at every depth
+=================================================  =========================
+
+Nothing a user can write or print is evidence: a pid in a file counts only
+as the file owner's own process, and names in /proc/net/unix count for
+nothing.
 
 Safety as root in a world-writable /tmp: /tmp/.X11-unix must be a real
 directory owned by root; every entry is checked with lstat and never followed;
@@ -401,8 +412,8 @@ class _Sweep:
         """Does a live socket still listen on the socket file NAME? A second,
         independent fact before an orphan is removed: a non-blocking connect
         to the very inode judged (through an O_PATH handle, so the path is not
-        resolved again): refused means nobody holds it. None when the answer
-        is anything else."""
+        resolved again): refused means nobody holds it. _Unjudged when the
+        answer is anything else."""
         fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=x_fd)
         try:
             if not os.path.samestat(st, os.fstat(fd)):

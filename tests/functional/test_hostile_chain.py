@@ -99,9 +99,12 @@ def test_part_40_sends_nothing_unless_it_really_runs_as_the_user(chain, uid, ref
     processes live on."""
     proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
     try:
-        env = slurmd_env(ALICE, SLURM_JOB_UID=uid, EPILOG_ACT_UID=uid, EPILOG_ACT_USER=ALICE)
+        # the runner's channel: its verdict, and the log open on fd 4
+        env = slurmd_env(ALICE, SLURM_JOB_UID=uid, EPILOG_ACT_UID=uid, EPILOG_ACT_USER=ALICE, EPILOG_LOG_FD=4,
+                         PART=str(chain.part("40-lastuserjob-processes")), LOG=str(chain.log_file))
         mark = len(chain.log_text())
-        assert chain.run_part("40-lastuserjob-processes", env).returncode == 0
+        ret = subprocess.run(["bash", "-c", 'exec 4>>"$LOG"; exec "$PART"'], env=env, capture_output=True, text=True)
+        assert ret.returncode == 0, ret
         assert process_uids(proc.pid) is not None, "part 40 killed a process of root"
         log = chain.log_text()[mark:]
         assert refusal in log, log
@@ -222,6 +225,32 @@ def test_the_whole_chain_keeps_its_own_deadline(own_chain, alice_cleanup):
             assert f"skipping {part}: the chain's deadline of 8s is reached" in log, log
         assert process_uids(victim.pid) is not None
     finally:
+        end(victim)
+
+
+def test_an_own_part_that_hangs_is_stopped_with_its_children_and_the_chain_goes_on(own_chain, alice_cleanup):
+    """Promise 6: the formula's own parts are held to part_timeout as well
+    (the runner runs them itself, in a process group of their own). A stuck
+    root process (a hung prolog, say) holds ssh_allow.lock: 39 waits for it
+    in flock, a child of its own. After part_timeout the runner stops 39's
+    whole group, flock included, logs it, and 40 still runs."""
+    c = own_chain(part_timeout=3, sweep_budget=1)
+    holder = subprocess.Popen(["flock", str(c.conf_dir / "ssh_allow.lock"), "sleep", "600"], start_new_session=True)
+    c.allow_file.write_text("alice\n")
+    victim = stray(ALICE)
+    try:
+        wait_for(lambda: subprocess.run(["flock", "-n", str(c.conf_dir / "ssh_allow.lock"), "true"]).returncode != 0,
+                 10, what="the lock to be held")
+        ret = c.run(c.conf_dir / "epilog.sh", slurmd_env(ALICE, SLURM_CONF="/nonexistent/slurm.conf"), timeout=60)
+        assert ret.returncode == 0
+        log = c.log_text()
+        assert "39-lastuserjob-ssh exited 124 (124: timed out after 3s)" in log, log
+        assert process_uids(victim.pid) is None, "40 did not run after 39 was stopped"
+        flocks = subprocess.run(["pgrep", "-f", "flock -w 10 9"], capture_output=True, text=True).stdout.split()
+        assert flocks == [], "39's flock outlived the part"
+        assert c.allow_file.read_text() == "alice\n"
+    finally:
+        end(holder)
         end(victim)
 
 

@@ -218,3 +218,4 @@ def test_part_42_leaves_another_accounts_file_in_the_users_directory(chain, acco
     finally:
         shutil.rmtree(top, ignore_errors=True)
 
+
