@@ -592,11 +592,14 @@ class _Sweep:
         self._candidates = ([f"{TMP}/{X11_DIR}/{name}" for name, _ in sockets.values()]
                             + [f"{TMP}/{name}" for name in list(locks.values()) + clsbd + scratch])
         try:
-            self._displays(tmp_fd, x_fd, sockets, locks)
+            # The displays last: asking every network namespace is the one
+            # step a user can make slow (a namespace per process), and it
+            # must not use up the budget of the clsbd files and the scratch.
             for name in clsbd:
                 self._one("clsbd", f"{TMP}/{name}", self._clsbd, tmp_fd, name)
             for name in scratch:
                 self._one("scratch", f"{TMP}/{name}", self._scratch, tmp_fd, name)
+            self._displays(tmp_fd, x_fd, sockets, locks)
         finally:
             if x_fd is not None:
                 os.close(x_fd)
@@ -941,9 +944,10 @@ def _slurm_conf_epilog(settings):
 def _chain_time_problems(settings, conf_found):
     """The chain's worst case against its own deadline, and that deadline
     against Slurm's: a part gets part_timeout plus 2 s to die, the squeue
-    fallback squeue_timeout plus 1; slurmd kills an epilog that outlives
-    EpilogTimeout (PrologEpilogTimeout before Slurm 25.05) and drains the
-    node."""
+    fallback squeue_timeout plus 1, and the runner keeps 5 s for killing a
+    part, its whole-second clock and the syslog flush; slurmd kills an
+    epilog that outlives EpilogTimeout (PrologEpilogTimeout before Slurm
+    25.05) and drains the node."""
     problems = []
     chain = int(settings["chain_timeout"])
     parts_dir = os.path.join(settings["slurm_config_dir"], "epilog.d")
@@ -952,11 +956,11 @@ def _chain_time_problems(settings, conf_found):
                  and os.access(os.path.join(parts_dir, name), os.X_OK)]
     except OSError:
         parts = []
-    worst = len(parts) * (int(settings["part_timeout"]) + 2) + int(settings["squeue_timeout"]) + 1
+    worst = len(parts) * (int(settings["part_timeout"]) + 2) + int(settings["squeue_timeout"]) + 1 + 5
     if worst > chain:
         problems.append(f"the epilog chain's worst case is {worst} s ({len(parts)} parts x (part_timeout "
-                        f"{settings['part_timeout']} + 2) + squeue_timeout {settings['squeue_timeout']} + 1), above "
-                        f"epilog:chain_timeout {chain}: the last parts would be cut off")
+                        f"{settings['part_timeout']} + 2) + squeue_timeout {settings['squeue_timeout']} + 1 + 5), "
+                        f"above epilog:chain_timeout {chain}: the last parts would be cut off")
     for key in ("epilogtimeout", "prologepilogtimeout"):
         value = conf_found.get(key, "").strip()
         if value.isdigit():

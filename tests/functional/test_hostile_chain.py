@@ -205,25 +205,29 @@ def test_a_site_part_that_leaves_processes_behind_does_not_hold_the_runner(own_c
         end(victim)
 
 
-def test_the_whole_chain_keeps_its_own_deadline(own_chain, alice_cleanup):
+def test_the_whole_chain_keeps_its_own_deadline_and_site_parts_cannot_eat_the_cleanups_time(own_chain,
+                                                                                               alice_cleanup):
     """Promise 6: the chain has its own deadline below slurm.conf's
-    EpilogTimeout. With chain_timeout 8 and part_timeout 5, a hanging site
-    part is stopped, and the parts after it get only what is left of the
-    deadline: once nothing is left they are skipped, with a warning,
-    instead of running on into slurmd's timeout (a skipped lastuserjob part
-    does nothing destructive)."""
-    c = own_chain(part_timeout=5, chain_timeout=8, sweep_budget=1)
-    add_part(c, "10-hang", "sleep 120")
-    add_part(c, "20-hang", "sleep 120")
+    EpilogTimeout, and the formula's own parts keep their share of it. With
+    chain_timeout 40 and part_timeout 5, three hanging site parts numbered
+    before 39 get only what is left once 39, 40, 42 and 45 have their
+    part_timeout + 2 each: the first two are stopped, the third is skipped
+    with a warning, and 39 and 40 still revoke and kill (they used to be the
+    ones skipped)."""
+    c = own_chain(part_timeout=5, chain_timeout=40, sweep_budget=1)
+    for name in ("10-hang", "20-hang", "30-hang"):
+        add_part(c, name, "sleep 120")
+    c.allow_file.write_text("alice\n")
     victim = stray(ALICE)
     try:
-        ret = c.run(c.conf_dir / "epilog.sh", slurmd_env(ALICE, SLURM_CONF="/nonexistent/slurm.conf"), timeout=60)
+        ret = c.run(c.conf_dir / "epilog.sh", slurmd_env(ALICE, SLURM_CONF="/nonexistent/slurm.conf"), timeout=120)
         assert ret.returncode == 0
         log = c.log_text()
-        assert "10-hang exited 124" in log
-        for part in ("39-lastuserjob-ssh", "40-lastuserjob-processes", "42-lastuserjob-cleanup", "45-stale-x-display"):
-            assert f"skipping {part}: the chain's deadline of 8s is reached" in log, log
-        assert process_uids(victim.pid) is not None
+        assert "10-hang exited 124" in log and "20-hang exited 124" in log, log
+        assert "skipping 30-hang: the chain's deadline of 40s is reached" in log, log
+        assert process_uids(victim.pid) is None, "40 did not run"
+        assert c.allow_file.read_text() == "", "39 did not run"
+        assert "skipping 39-" not in log and "skipping 40-" not in log
     finally:
         end(victim)
 
