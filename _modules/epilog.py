@@ -81,6 +81,7 @@ DEFAULTS = {
     "ssh_allow_file": "/etc/localusers",
     "log_file": "/var/log/slurm-epilog/epilog.log",
     "slurmd_spool_dir": "/var/spool/slurmd",
+    "run_dir": "/run/slurm-epilog",
     "scratch_patterns": ["slurm{jobid}*", "vcs*{jobid}*"],
     "sweep_budget": 10,
     "part_timeout": 20,
@@ -1063,6 +1064,9 @@ def verify():
         if not _root_only(directory):
             problems.append(f"{directory} (epilog:{key}) is not a directory only root can write (it, or an ancestor "
                             f"that is not sticky, is a symlink, not root's, or writable by group or others): {what}")
+    if os.path.lexists(settings["run_dir"]) and not _root_only(settings["run_dir"]):
+        problems.append(f"{settings['run_dir']} (epilog:run_dir) is not a directory only root can write: the "
+                        "epilog cannot trust the job marks there, and asks squeue instead")
     if not _root_only(settings["slurmd_spool_dir"]):
         notes.append(f"{settings['slurmd_spool_dir']} (epilog:slurmd_spool_dir) is not a directory only root can "
                      "write (Debian's /var/lib/slurm/slurmd belongs to slurm): the last-job check skips its step "

@@ -101,7 +101,7 @@ def lay_down(sandbox, name, tree=None):
     (base / "log").mkdir()
     pillar = {"epilog": {
         "slurm_config_dir": str(base / "slurm"), "ssh_allow_file": str(sandbox / "localusers"),
-        "log_file": str(base / "log/epilog.log"), "slurmd_spool_dir": str(base / "spool"),
+        "log_file": str(base / "log/epilog.log"), "slurmd_spool_dir": str(base / "spool"), "run_dir": str(base / "run"),
         "localusers": ["root", "je.kim", "s.shin"],
     }}
     tree = tree or REPO

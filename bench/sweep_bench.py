@@ -175,7 +175,7 @@ def lay_down(sandbox):
     (sandbox / "pillar/top.sls").write_text("base:\n  '*':\n    - epilog\n")
     (sandbox / "pillar/epilog.sls").write_text(json.dumps({"epilog": {
         "slurm_config_dir": str(sandbox / "slurm"), "ssh_allow_file": str(sandbox / "localusers"),
-        "log_file": str(sandbox / "epilog.log"), "slurmd_spool_dir": str(sandbox / "spool"),
+        "log_file": str(sandbox / "epilog.log"), "slurmd_spool_dir": str(sandbox / "spool"), "run_dir": str(sandbox / "run"),
         "sweep_budget": 25}}))
     (sandbox / "conf").mkdir()
     (sandbox / "conf/minion").write_text(json.dumps({

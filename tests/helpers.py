@@ -145,11 +145,13 @@ class Chain:
     PREFIX runs every command in another context (a mount namespace, dropped
     capabilities); VIEW maps a path to where this process sees it."""
 
-    def __init__(self, conf_dir, allow_file, log_file, spool_dir, prefix=(), view=None):
+    def __init__(self, conf_dir, allow_file, log_file, spool_dir, prefix=(), view=None, run_dir=None):
         self.conf_dir = Path(conf_dir)
         self.allow_file = Path(allow_file)
         self.log_file = Path(log_file)
         self.spool_dir = Path(spool_dir)
+        # the job marks of a chain of its own, beside its spool
+        self.run_dir = Path(run_dir) if run_dir else self.spool_dir.parent / "epilog-run"
         self.prefix = list(prefix)
         self._view = view or (lambda p: Path(p))
 
@@ -183,6 +185,7 @@ class Chain:
             "ssh_allow_file": str(self.allow_file),
             "log_file": str(self.log_file),
             "slurmd_spool_dir": str(self.spool_dir),
+            "run_dir": str(self.run_dir),
         }
         data.update(extra)
         return {"epilog": data}

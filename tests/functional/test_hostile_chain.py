@@ -158,6 +158,73 @@ def test_a_spool_the_slurm_user_can_write_is_not_evidence(own_chain):
     assert f"no step of another job in {c.spool_dir}" not in start, start
 
 
+def test_a_job_of_the_user_still_in_its_prolog_keeps_another_jobs_epilog_from_acting(chain, alice_cleanup):
+    """Promise 4: on a shared node, alice's job 8 was allocated while her job
+    7 still ran; 8 is in its prolog (no step yet: no socket, no slurmstepd)
+    when 7 ends. 8's prolog marked it in the root-only run directory, under
+    alice's lock, before it added her allow line: 7's epilog sees the mark
+    and leaves her processes and her line alone."""
+    victim = stray(ALICE)
+    try:
+        assert chain.run(chain.conf_dir / "prolog.sh", slurmd_env(ALICE, job=8)).returncode == 0
+        assert (chain.run_dir / f"{uid_of(ALICE)}.8").read_text().startswith("running ")
+        mark = len(chain.log_text())
+        run_epilog(chain, SLURM_JOB_ID=7)
+        log = chain.log_text()[mark:]
+        assert f"other jobs of this user on this node: yes (node-local: job 8 of uid {uid_of(ALICE)} started here" in log
+        assert process_uids(victim.pid) is not None
+        assert "alice" in chain.allow_file.read_text().splitlines()
+        assert (chain.run_dir / f"{uid_of(ALICE)}.7").read_text() == "done\n"
+        # 8 ends: now it is alice's last job here.
+        run_epilog(chain, SLURM_JOB_ID=8)
+        assert process_uids(victim.pid) is None
+    finally:
+        end(victim)
+
+
+def test_an_old_mark_without_a_slurmstepd_is_never_a_licence_to_kill(chain, alice_cleanup):
+    """Promise 3: a mark older than the chain's deadline whose job has no
+    slurmstepd here is either a job of several nodes between its steps, or
+    a job whose epilog never ran (slurmd died). Only the controller can
+    tell; here it cannot be asked (no slurmctld): the answer is "unknown",
+    nothing is killed, and the mark stays. (tests/integration sets one
+    aside through a real squeue.)"""
+    chain.run_dir.mkdir(mode=0o700, exist_ok=True)
+    (chain.run_dir / f"{uid_of(ALICE)}.5").write_text("running 1000000000\n")
+    victim = stray(ALICE)
+    try:
+        mark = len(chain.log_text())
+        run_epilog(chain, SLURM_JOB_ID=7)
+        log = chain.log_text()[mark:]
+        assert (f"other jobs of this user on this node: unknown (job(s) 5 of uid {uid_of(ALICE)} marked as "
+                "started here long ago, with no slurmstepd; the controller cannot confirm they ended") in log, log
+        assert process_uids(victim.pid) is not None
+        assert (chain.run_dir / f"{uid_of(ALICE)}.5").read_text() == "running 1000000000\n"
+    finally:
+        end(victim)
+
+
+def test_a_user_cannot_forge_a_mark(chain, alice_cleanup):
+    """Promise 3: the marks are root's, in a directory only root can write.
+    Were it writable by the user, she could plant a mark to dodge the
+    cleanup: then the runner does not read the marks at all."""
+    run_dir = chain.run_dir
+    run_dir.mkdir(mode=0o700, exist_ok=True)
+    forged = run_dir / f"{uid_of(ALICE)}.99"
+    os.chmod(run_dir, 0o1777)
+    try:
+        forged.write_text("running 9999999999\n")
+        os.chown(forged, uid_of(ALICE), uid_of(ALICE))
+        victim = stray(ALICE)
+        mark = len(chain.log_text())
+        run_epilog(chain, SLURM_JOB_ID=7)
+        assert "job 99" not in chain.log_text()[mark:]
+        assert process_uids(victim.pid) is None
+    finally:
+        forged.unlink(missing_ok=True)
+        os.chmod(run_dir, 0o700)
+
+
 # -- 5. no other account can stall the allow-file edits -------------------------
 def test_no_other_account_can_hold_the_allow_file_lock(chain, cbin, alice_cleanup):
     """Promise 5: alice takes an exclusive flock on the allow file's
@@ -392,3 +459,32 @@ def test_a_directory_user_named_dash_v_is_cleaned_up_like_anyone(chain, director
     finally:
         end(proc)
 
+
+
+def test_a_login_still_at_its_password_prompt_does_not_hold_part_40(chain, alice_cleanup, tmp_path):
+    """Promise 1: sshd titles its monitor "sshd: USER [priv]" as soon as the
+    user name is known, before authentication: anybody could hold such a
+    connection open at the password prompt to keep part 40 waiting and
+    logging a false "survived". A monitor whose child runs as the privilege
+    separation user has not authenticated (and cannot pass pam_listfile any
+    more): part 40 does not wait for it."""
+    sshd_bin = tmp_path / "sshd"
+    shutil.copy("/bin/bash", sshd_bin)
+    pw = pwd.getpwnam("sshd")
+    monitor = subprocess.Popen(
+        ["bash", "-c", f'exec -a "sshd: {ALICE} [priv]" {sshd_bin} -c '
+                       f'"setpriv --reuid={pw.pw_uid} --regid={pw.pw_gid} --clear-groups sleep 600 & wait"'],
+        start_new_session=True)
+    victim = stray(ALICE)
+    try:
+        wait_for(lambda: Path(f"/proc/{monitor.pid}/task/{monitor.pid}/children").read_text().split(), 10,
+                 what="the pre-authentication child")
+        mark = len(chain.log_text())
+        assert chain.run_part("40-lastuserjob-processes", slurmd_env(ALICE)).returncode == 0
+        log = chain.log_text()[mark:]
+        assert "killed the processes of uid" in log and "survived" not in log, log
+        assert process_uids(victim.pid) is None
+    finally:
+        os.killpg(monitor.pid, 9)
+        monitor.wait()
+        end(victim)

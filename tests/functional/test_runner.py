@@ -96,9 +96,12 @@ def test_no_log_dir_and_no_syslog_never_fail_a_part(own_chain, tmp_path):
 
 def test_unknown_other_jobs_skip_the_lastuserjob_parts(own_chain):
     """Another job's step socket in the spool, no slurmstepd holding one of the
-    user's processes, and squeue cannot reach a controller: unknown, so the
-    destructive parts are skipped and a warning is logged."""
+    user's processes, job marks that cannot be trusted (the run directory
+    belongs to the slurm account), and squeue cannot reach a controller:
+    unknown, so the destructive parts are skipped and a warning is logged."""
     c = own_chain()
+    c.run_dir.mkdir(mode=0o700, exist_ok=True)
+    shutil.chown(c.run_dir, "slurm", "slurm")
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(str(c.spool_dir / "node_999999.4294967291"))
     proc = stray("alice")

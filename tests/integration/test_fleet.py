@@ -32,7 +32,7 @@ class Fleet:
     def write_pillar(self, minion, localusers=("root", "je.kim")):
         node = self.base / minion
         settings = {"slurm_config_dir": str(node / "slurm"), "ssh_allow_file": str(node / "localusers"),
-                    "log_file": str(node / "epilog.log"), "slurmd_spool_dir": str(node / "spool"),
+                    "log_file": str(node / "epilog.log"), "slurmd_spool_dir": str(node / "spool"), "run_dir": str(node / "run"),
                     "localusers": list(localusers)}
         (self.base / "pillar" / f"{minion.replace('-', '_')}.sls").write_text(json.dumps({"epilog": settings}))
 

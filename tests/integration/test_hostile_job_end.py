@@ -4,13 +4,14 @@ the job end through a real sshd that admits only the users in the allow file
 the one before still runs. Each test names the promise it attacks."""
 import os
 import pwd
+import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import kill_all_of, live_processes_of, uid_of, wait_for
+from tests.helpers import kill_all_of, live_processes_of, process_uids, uid_of, wait_for
 
 ALICE = "alice"
 
@@ -111,4 +112,92 @@ def test_a_new_job_of_the_user_is_never_hit_by_the_epilog_of_the_one_before(slur
     finally:
         slow.unlink(missing_ok=True)
         marker.unlink(missing_ok=True)
+        slurm.wait_idle()
+
+
+def test_a_job_allocated_before_the_epilog_of_another_ends_is_never_hit(slurm, rsyslog):
+    """Promise 4, the window that does open on a shared node: alice's second
+    job is allocated while her first still runs (two CPUs, one each), and
+    its prolog is still running when the first job ends: a site part has
+    made the job's scratch directory in /tmp, owned by alice, and takes 4 s
+    more. The second job has no step yet, no socket, no slurmstepd; but the
+    prolog marked it under alice's lock before anything else, so the first
+    job's epilog says "another job: yes", and 42 does not remove the second
+    job's scratch before it even starts."""
+    slow = slurm.chain.conf_dir / "prolog.d/40-site-scratch"
+    slow.write_text('#!/bin/bash\ninstall -d -o "$SLURM_JOB_UID" "/tmp/epilog-scratch-$SLURM_JOB_ID"\nsleep 4\n')
+    os.chmod(slow, 0o755)
+    home = Path(pwd.getpwnam(ALICE).pw_dir)
+    started, marker = home / f"first-started-{os.getpid()}", home / f"second-found-{os.getpid()}"
+    for path in (started, marker):
+        path.unlink(missing_ok=True)
+    try:
+        first = slurm.submit(ALICE, f"touch {started}; sleep 2")
+        wait_for(started.exists, 60, what="the first job to run")
+        second = slurm.submit(ALICE, f'test -d "/tmp/epilog-scratch-$SLURM_JOB_ID" && echo found > {marker}')
+        slurm.wait_epilog_end(first)
+        first_log = "\n".join(slurm.job_log(first))
+        assert (f"other jobs of this user on this node: yes (node-local: job {second} of uid {uid_of(ALICE)} "
+                "started here") in first_log, first_log
+        slurm.wait_epilog_end(second)
+        assert marker.read_text() == "found\n", "the first job's epilog removed the second job's scratch"
+    finally:
+        slow.unlink(missing_ok=True)
+        for path in (started, marker):
+            path.unlink(missing_ok=True)
+        slurm.wait_idle()
+
+
+def test_a_node_local_no_needs_no_controller(slurm, rsyslog):
+    """Promise 3 and 1: a user who floods slurmctld cannot turn the last-job
+    answer into "unknown" and so dodge the cleanup. Another user's job runs
+    on the node (its step socket and root's slurmstepd are there), so the
+    spool alone does not settle it, and squeue is made unusable for real
+    (/dev/null bound over it): the marks and the slurmstepd processes still
+    answer "no" node-locally, and alice's stray goes."""
+    other = slurm.submit("je.kim", "sleep 120")
+    squeue = subprocess.run(["bash", "-c", "command -v squeue"], capture_output=True, text=True).stdout.strip()
+    mounted = False
+    try:
+        wait_for(lambda: any(p.is_socket() and f"_{other}." in p.name for p in slurm.chain.spool_dir.iterdir()),
+                 30, what="the other user's job to start")
+        subprocess.run(["mount", "--bind", "/dev/null", squeue], check=True)
+        mounted = True
+        job, out = slurm.run_job(ALICE, "setsid -f bash -c 'echo STRAY=$$ >&3; exec sleep 600 3>&-' 3>&1 </dev/null "
+                                        ">/dev/null 2>&1; sleep 0.2")
+        pid = int(next(line.split("=", 1)[1] for line in out.splitlines() if line.startswith("STRAY=")))
+        slurm.wait_epilog_end(job)
+        log = "\n".join(slurm.job_log(job))
+        assert ("other jobs of this user on this node: no (node-local: no other job of uid "
+                f"{uid_of(ALICE)} marked here, and no slurmstepd of another job runs a process of uid") in log, log
+        assert wait_for(lambda: process_uids(pid) is None, 10, what="alice's stray to die")
+    finally:
+        if mounted:
+            subprocess.run(["umount", squeue], check=True)
+        slurm.cmd("scancel", other, check=False)
+        kill_all_of(ALICE)
+        slurm.wait_idle()
+
+
+def test_a_mark_whose_epilog_never_ran_is_set_aside_by_the_controller(slurm, rsyslog):
+    """Promise 3: a mark whose epilog never ran (slurmd died during the job)
+    must not spare the user for ever. It is old, its job has no slurmstepd,
+    and the real controller no longer has it on this node: the mark is set
+    aside with a warning, and alice's last job end cleans up."""
+    stale = slurm.chain.run_dir / f"{uid_of(ALICE)}.999999"
+    stale.write_text("running 1000000000\n")
+    try:
+        job, out = slurm.run_job(ALICE, "setsid -f bash -c 'echo STRAY=$$ >&3; exec sleep 600 3>&-' 3>&1 </dev/null "
+                                        ">/dev/null 2>&1; sleep 0.2")
+        pid = int(next(line.split("=", 1)[1] for line in out.splitlines() if line.startswith("STRAY=")))
+        slurm.wait_epilog_end(job)
+        log = "\n".join(slurm.job_log(job))
+        assert (f"job 999999 of uid {uid_of(ALICE)} was marked as started here long ago, has no slurmstepd and "
+                "the controller no longer has it here") in log, log
+        assert "other jobs of this user on this node: no" in log, log
+        assert wait_for(lambda: process_uids(pid) is None, 10, what="alice's stray to die")
+        assert not stale.exists() or stale.read_text() == "done\n"
+    finally:
+        stale.unlink(missing_ok=True)
+        kill_all_of(ALICE)
         slurm.wait_idle()

@@ -6,6 +6,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 
 from tests.helpers import uid_of, wait_for
 
@@ -96,23 +98,34 @@ def test_prolog_adds_and_epilog_removes_the_users_allow_line(slurm, rsyslog):
     assert_not_drained(slurm)
 
 
-def test_another_job_of_the_user_keeps_the_lastuserjob_parts_from_running(slurm, rsyslog):
+@pytest.mark.parametrize("evidence", ["mark", "slurmstepd"])
+def test_another_job_of_the_user_keeps_the_lastuserjob_parts_from_running(slurm, rsyslog, evidence):
+    """The batch job's prolog marked it as started here; without that mark
+    (a job that started before this formula was deployed) root's real
+    slurmstepd of the batch job, running a process of alice, says the same."""
     batch = slurm.submit("alice", "sleep 120")
     try:
         wait_for(lambda: any(p.is_socket() and f"_{batch}." in p.name for p in slurm.chain.spool_dir.iterdir()),
                  30, what="the batch job's step to start")
+        mark = slurm.chain.run_dir / f"{uid_of('alice')}.{batch}"
+        assert mark.read_text().startswith("running "), "the prolog marks the job"
+        if evidence == "slurmstepd":
+            mark.unlink()
         job, out = slurm.run_job("alice", STRAY)
         pid = stray_pid(out)
         slurm.wait_epilog_end(job)
         log = "\n".join(slurm.job_log(job))
-        assert "other jobs of this user on this node: yes (node-local: root's slurmstepd" in log
+        if evidence == "mark":
+            assert f"other jobs of this user on this node: yes (node-local: job {batch} of uid {uid_of('alice')} started here" in log, log
+        else:
+            assert "other jobs of this user on this node: yes (node-local: root's slurmstepd" in log, log
         assert "skipping 40-lastuserjob-processes" in log
         assert alive_as(pid, "alice"), "a stray was killed while the user still has a job on the node"
     finally:
         slurm.cmd("scancel", batch, check=False)
         if "pid" in locals():
             kill(pid)
-    slurm.wait_idle()
+        slurm.wait_idle()
     assert_not_drained(slurm)
 
 
