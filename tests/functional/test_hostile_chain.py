@@ -5,6 +5,7 @@ real files, and the scripts as the state lays them down, run in the bare
 environment slurmd gives an epilog. Each test names the promise it attacks."""
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import tempfile
@@ -182,15 +183,18 @@ def test_a_job_of_the_user_still_in_its_prolog_keeps_another_jobs_epilog_from_ac
         end(victim)
 
 
-def test_an_old_mark_without_a_slurmstepd_is_never_a_licence_to_kill(chain, alice_cleanup):
+@pytest.mark.parametrize("content", ["running 1000000000\n", "", "runn"], ids=["old", "empty", "torn"])
+def test_an_old_mark_without_a_slurmstepd_is_never_a_licence_to_kill(chain, alice_cleanup, content):
     """Promise 3: a mark older than the chain's deadline whose job has no
     slurmstepd here is either a job of several nodes between its steps, or
     a job whose epilog never ran (slurmd died). Only the controller can
     tell; here it cannot be asked (no slurmctld): the answer is "unknown",
-    nothing is killed, and the mark stays. (tests/integration sets one
-    aside through a real squeue.)"""
+    nothing is killed, and the mark stays. Only "done" means ended: an empty
+    mark (a full /run) or a torn one counts as running. (tests/integration
+    sets one aside through a real squeue.)"""
     chain.run_dir.mkdir(mode=0o700, exist_ok=True)
-    (chain.run_dir / f"{uid_of(ALICE)}.5").write_text("running 1000000000\n")
+    stale = chain.run_dir / f"{uid_of(ALICE)}.5"
+    stale.write_text(content)
     victim = stray(ALICE)
     try:
         mark = len(chain.log_text())
@@ -199,9 +203,37 @@ def test_an_old_mark_without_a_slurmstepd_is_never_a_licence_to_kill(chain, alic
         assert (f"other jobs of this user on this node: unknown (job(s) 5 of uid {uid_of(ALICE)} marked as "
                 "started here long ago, with no slurmstepd; the controller cannot confirm they ended") in log, log
         assert process_uids(victim.pid) is not None
-        assert (chain.run_dir / f"{uid_of(ALICE)}.5").read_text() == "running 1000000000\n"
+        assert stale.read_text() == content
     finally:
         end(victim)
+        stale.unlink(missing_ok=True)
+
+
+def test_jobs_of_the_user_ending_together_leave_nothing_behind(chain, alice_cleanup):
+    """Promise 1 and 3: alice's jobs 7 and 8 end at once, and a site part
+    before 39 holds the first epilog (and so alice's lock) for 12 s, longer
+    than the other waits for it. Each epilog marks its own job as ended
+    before it waits: the one that decides sees the other's mark so, answers
+    "no", and kills; the other answers "unknown" and leaves it to the first."""
+    slow = add_part(chain, "30-site-slow", "sleep 12")
+    victim = stray(ALICE)
+    try:
+        for job in (7, 8):
+            assert chain.run(chain.conf_dir / "prolog.sh", slurmd_env(ALICE, job=job)).returncode == 0
+        mark = len(chain.log_text())
+        procs = [subprocess.Popen([*chain.prefix, str(chain.conf_dir / "epilog.sh")],
+                                  env=slurmd_env(ALICE, job=job, SLURM_CONF="/nonexistent/slurm.conf"))
+                 for job in (7, 8)]
+        assert [p.wait(timeout=120) for p in procs] == [0, 0]
+        log = chain.log_text()[mark:]
+        assert "other jobs of this user on this node: no" in log, log
+        assert "killed the processes of uid" in log, log
+        assert process_uids(victim.pid) is None
+    finally:
+        end(victim)
+        slow.unlink()
+        for job in (7, 8):
+            (chain.run_dir / f"{uid_of(ALICE)}.{job}").unlink(missing_ok=True)
 
 
 def test_a_user_cannot_forge_a_mark(chain, alice_cleanup):
@@ -488,3 +520,28 @@ def test_a_login_still_at_its_password_prompt_does_not_hold_part_40(chain, alice
         os.killpg(monitor.pid, 9)
         monitor.wait()
         end(victim)
+
+
+def test_no_lastuserjob_part_runs_past_the_next_prologs_wait(own_chain, alice_cleanup):
+    """Promise 4: alice's next job's prolog waits for her lock at most half
+    the chain's deadline (20 s here), then marks its job and lets it start.
+    Site lastuserjob parts that hang (four of them, 5 s each) must not go on
+    killing or deleting past that: the last one gets what is left of the
+    wait, and 42, which would come after it, is skipped. The prolog, started
+    while they hang, gets the lock within its wait."""
+    c = own_chain(chain_timeout=40, part_timeout=5, sweep_budget=3)
+    for letter in "abcd":
+        add_part(c, f"41-lastuserjob-hang-{letter}", "sleep 60")
+    assert c.run(c.conf_dir / "prolog.sh", slurmd_env(ALICE, job=7)).returncode == 0
+    epilog = subprocess.Popen([*c.prefix, str(c.conf_dir / "epilog.sh")],
+                              env=slurmd_env(ALICE, job=7, SLURM_CONF="/nonexistent/slurm.conf"))
+    wait_for(lambda: subprocess.run(["pgrep", "-f", "41-lastuserjob-hang-a"], capture_output=True).returncode == 0,
+             30, what="the first hanging part to start")
+    prolog = c.run(c.conf_dir / "prolog.sh", slurmd_env(ALICE, job=8))
+    assert prolog.returncode == 0
+    assert epilog.wait(timeout=60) == 0
+    log = c.log_text()
+    assert "cannot lock" not in log, log
+    assert (c.run_dir / f"{uid_of(ALICE)}.8").read_text().startswith("running ")
+    assert re.search(r"41-lastuserjob-hang-d exited 124 \(124: timed out after [12]s\)", log), log
+    assert "skipping 42-lastuserjob-cleanup: a new job of the user may start now" in log, log

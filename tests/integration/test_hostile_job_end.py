@@ -161,6 +161,11 @@ def test_a_node_local_no_needs_no_controller(slurm, rsyslog):
     try:
         wait_for(lambda: any(p.is_socket() and f"_{other}." in p.name for p in slurm.chain.spool_dir.iterdir()),
                  30, what="the other user's job to start")
+        # Once the controller has shown that every job here is marked, the
+        # marks alone answer from then on.
+        first, _ = slurm.run_job(ALICE, "true")
+        slurm.wait_epilog_end(first)
+        assert (slurm.chain.run_dir / "complete").exists(), "\n".join(slurm.job_log(first))
         subprocess.run(["mount", "--bind", "/dev/null", squeue], check=True)
         mounted = True
         job, out = slurm.run_job(ALICE, "setsid -f bash -c 'echo STRAY=$$ >&3; exec sleep 600 3>&-' 3>&1 </dev/null "
@@ -199,5 +204,34 @@ def test_a_mark_whose_epilog_never_ran_is_set_aside_by_the_controller(slurm, rsy
         assert not stale.exists() or stale.read_text() == "done\n"
     finally:
         stale.unlink(missing_ok=True)
+        kill_all_of(ALICE)
+        slurm.wait_idle()
+
+
+def test_marks_that_do_not_cover_every_job_are_not_enough_for_a_no(slurm, rsyslog):
+    """Promise 3, the rollout: the formula reaches a node where jobs already
+    run, unmarked (here: je.kim's job, its mark removed, and the run
+    directory born after it started). A job of alice between its steps on
+    this node would look the same: no socket, no slurmstepd. Until the
+    controller has shown that every job on the node is marked, a "no" comes
+    from squeue, and the marks are not declared complete."""
+    run_dir = slurm.chain.run_dir
+    other = slurm.submit("je.kim", "sleep 120")
+    try:
+        wait_for(lambda: any(p.is_socket() and f"_{other}." in p.name for p in slurm.chain.spool_dir.iterdir()),
+                 30, what="the other user's job to start")
+        (run_dir / f"{uid_of('je.kim')}.{other}").unlink()
+        (run_dir / "complete").unlink(missing_ok=True)
+        (run_dir / "since").write_text(f"since {int(time.time()) + 1}\n")
+        job, out = slurm.run_job(ALICE, "setsid -f bash -c 'echo STRAY=$$ >&3; exec sleep 600 3>&-' 3>&1 </dev/null "
+                                        ">/dev/null 2>&1; sleep 0.2")
+        pid = int(next(line.split("=", 1)[1] for line in out.splitlines() if line.startswith("STRAY=")))
+        slurm.wait_epilog_end(job)
+        log = "\n".join(slurm.job_log(job))
+        assert f"other jobs of this user on this node: no (squeue: no other job of uid {uid_of(ALICE)}" in log, log
+        assert wait_for(lambda: process_uids(pid) is None, 10, what="alice's stray to die")
+        assert not (run_dir / "complete").exists(), "je.kim's job started before the marks and has none"
+    finally:
+        slurm.cmd("scancel", other, check=False)
         kill_all_of(ALICE)
         slurm.wait_idle()
