@@ -85,7 +85,7 @@ DEFAULTS = {
     "scratch_patterns": ["slurm{jobid}*", "vcs*{jobid}*"],
     "sweep_budget": 10,
     "part_timeout": 20,
-    "chain_timeout": 100,
+    "chain_timeout": 110,
     "squeue_timeout": 5,
 }
 # The PATH every laid-down script sets, and the tools its parts run.
@@ -945,7 +945,8 @@ def _slurm_conf_epilog(settings):
 def _chain_time_problems(settings, conf_found):
     """The chain's worst case against its own deadline, and that deadline
     against Slurm's: a part gets part_timeout plus 2 s to die, the squeue
-    fallback squeue_timeout plus 1, and the runner keeps 5 s for killing a
+    fallback squeue_timeout plus 1, the wait for the user's lock 10 s, and
+    the runner keeps 5 s for killing a
     part, its whole-second clock and the syslog flush; slurmd kills an
     epilog that outlives EpilogTimeout (PrologEpilogTimeout before Slurm
     25.05) and drains the node."""
@@ -957,10 +958,11 @@ def _chain_time_problems(settings, conf_found):
                  and os.access(os.path.join(parts_dir, name), os.X_OK)]
     except OSError:
         parts = []
-    worst = len(parts) * (int(settings["part_timeout"]) + 2) + int(settings["squeue_timeout"]) + 1 + 5
+    worst = len(parts) * (int(settings["part_timeout"]) + 2) + 10 + int(settings["squeue_timeout"]) + 1 + 5
     if worst > chain:
         problems.append(f"the epilog chain's worst case is {worst} s ({len(parts)} parts x (part_timeout "
-                        f"{settings['part_timeout']} + 2) + squeue_timeout {settings['squeue_timeout']} + 1 + 5), "
+                        f"{settings['part_timeout']} + 2) + 10 for the user's lock + squeue_timeout "
+                        f"{settings['squeue_timeout']} + 1 + 5), "
                         f"above epilog:chain_timeout {chain}: the last parts would be cut off")
     for key in ("epilogtimeout", "prologepilogtimeout"):
         value = conf_found.get(key, "").strip()

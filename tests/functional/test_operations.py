@@ -129,16 +129,16 @@ def test_verify_reports_a_chain_that_cannot_finish_within_its_deadline_or_slurms
     node.apply()
     wired(node, "PrologEpilogTimeout=120\n")
     report = node.run("verify")
-    assert report["result"] is True, report["problems"]  # the defaults: 4 x (20 + 2) + 5 + 1 + 5 = 99 <= 100 < 120
+    assert report["result"] is True, report["problems"]  # the defaults: 4 x (20 + 2) + 10 + 5 + 1 + 5 = 109 <= 110 < 120
     wired(node, "PrologEpilogTimeout=90\n")
     problems = "\n".join(node.run("verify")["problems"])
-    assert "epilog:chain_timeout (100 s) is not below slurm.conf's prologepilogtimeout (90 s)" in problems
+    assert "epilog:chain_timeout (110 s) is not below slurm.conf's prologepilogtimeout (90 s)" in problems
     node.set_pillar(part_timeout=30)
     node.apply()
     wired(node, "EpilogTimeout=120\n")
     problems = "\n".join(node.run("verify")["problems"])
-    assert ("the epilog chain's worst case is 139 s (4 parts x (part_timeout 30 + 2) + squeue_timeout 5 + 1 + 5), "
-            "above epilog:chain_timeout 100") in problems
+    assert ("the epilog chain's worst case is 149 s (4 parts x (part_timeout 30 + 2) + 10 for the user's lock "
+            "+ squeue_timeout 5 + 1 + 5), above epilog:chain_timeout 110") in problems
 
 
 def test_verify_reports_a_log_directory_another_account_can_write(node):

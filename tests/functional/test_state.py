@@ -164,8 +164,8 @@ def test_bad_localusers_entry_fails_the_state_naming_it_and_lays_down_nothing(sa
     ("scratch_patterns", ["*{jobid}*"], "may not start with a wildcard or a dot"),
     ("scratch_patterns", [".X{jobid}*"], "may not start with a wildcard or a dot"),
     ("sweep_budget", 20, "epilog:sweep_budget (20) must be below epilog:part_timeout (20)"),
-    ("chain_timeout", 26, "epilog:chain_timeout (26) must leave room for one part and the runner: at least "
-                          "epilog:part_timeout (20) + 7"),
+    ("chain_timeout", 42, "epilog:chain_timeout (42) must leave room for the decision, one part and the runner: "
+                          "at least epilog:part_timeout (20) + epilog:squeue_timeout (5) + 18"),
     ("chain_timeout", 3601, "epilog:chain_timeout (3601) must be a whole number of seconds from 1 to 3600"),
     # the epilog runs as root and writes only where no other account can plant a symlink
     ("log_file", "/var/log/slurm/epilog.log", "epilog:log_file ('/var/log/slurm/epilog.log'): /var/log/slurm is "),

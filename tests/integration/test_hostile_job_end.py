@@ -212,7 +212,8 @@ def test_marks_that_do_not_cover_every_job_are_not_enough_for_a_no(slurm, rsyslo
     """Promise 3, the rollout: the formula reaches a node where jobs already
     run, unmarked (here: je.kim's job, its mark removed, and the run
     directory born after it started). A job of alice between its steps on
-    this node would look the same: no socket, no slurmstepd. Until the
+    this node would be as unmarked, and without PrologFlags=Contain have no
+    socket and no slurmstepd here either. Until the
     controller has shown that every job on the node is marked, a "no" comes
     from squeue, and the marks are not declared complete."""
     run_dir = slurm.chain.run_dir
