@@ -87,6 +87,7 @@ DEFAULTS = {
     "part_timeout": 20,
     "chain_timeout": 110,
     "squeue_timeout": 5,
+    "keep_releases": 5,
 }
 # The PATH every laid-down script sets, and the tools its parts run.
 SCRIPT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -147,10 +148,11 @@ class _Log:
     following a symlink, without blocking, and only when it is a regular file
     with no other hard link."""
 
-    def __init__(self, log_file, source, job=None, user=None, enabled=True, log_fd=None):
+    def __init__(self, log_file, source, job=None, user=None, enabled=True, log_fd=None, release=None):
         self.log_file = log_file
         self.log_fd = log_fd
-        self.prefix = f"{source} job={job or 'none'} user={_show(user) if user else 'none'}: "
+        self.prefix = f"{source} job={job or 'none'} user={_show(user) if user else 'none'}"
+        self.prefix += f" release={release}: " if release else ": "
         self.enabled = enabled
 
     def _open(self):
@@ -815,13 +817,13 @@ def _check_args(job, patterns, budget, uid):
 
 
 def run_sweep(test=False, job=None, patterns=(), budget=10, log_file=None, source="epilog.sweep", user=None,
-              uid=None, log_fd=None):
+              uid=None, log_fd=None, release=None):
     """The sweep, as both callers run it. With JOB, that job's scratch goes
     too, and only the entries owned by UID. Returns the report dict; raises
     CommandExecutionError when the sweep itself cannot run."""
     job, patterns, budget, uid = _check_args(job, patterns, budget, uid)
     # A preview (test=True) changes nothing, the log included.
-    log = _Log(log_file, source, job=job, user=user, enabled=not test, log_fd=log_fd)
+    log = _Log(log_file, source, job=job, user=user, enabled=not test, log_fd=log_fd, release=release)
     return _Sweep(bool(test), job, patterns, budget, log, uid=uid).run()
 
 
@@ -952,12 +954,15 @@ def _chain_time_problems(settings, conf_found):
     25.05) and drains the node."""
     problems = []
     chain = int(settings["chain_timeout"])
-    parts_dir = os.path.join(settings["slurm_config_dir"], "epilog.d")
-    try:
-        parts = [name for name in os.listdir(parts_dir) if re.fullmatch(r"[0-9]{2}-[A-Za-z0-9_-]+", name)
-                 and os.access(os.path.join(parts_dir, name), os.X_OK)]
-    except OSError:
-        parts = []
+    parts = set()
+    # the release's own parts and the site's: the runner runs both
+    for parts_dir in (os.path.join(settings["slurm_config_dir"], "epilog-releases", "current", "epilog.d"),
+                      os.path.join(settings["slurm_config_dir"], "epilog.d")):
+        try:
+            parts.update(name for name in os.listdir(parts_dir) if re.fullmatch(r"[0-9]{2}-[A-Za-z0-9_-]+", name)
+                         and os.access(os.path.join(parts_dir, name), os.X_OK))
+        except OSError:
+            pass
     worst = len(parts) * (int(settings["part_timeout"]) + 2) + 10 + int(settings["squeue_timeout"]) + 1 + 5
     if worst > chain:
         problems.append(f"the epilog chain's worst case is {worst} s ({len(parts)} parts x (part_timeout "
@@ -974,10 +979,15 @@ def _chain_time_problems(settings, conf_found):
     return problems
 
 
-def verify():
+def verify(expect=None):
     """
     Check, without changing anything, that the epilog chain on this node is
     what the state lays down and that it can run:
+
+    - the current release (epilog-releases/current) matches the sha256
+      manifest recorded when it was made current, and is the release the
+      state lays down now; epilog.sh, prolog.sh and localusers.backup are
+      the symlinks to it;
 
     - each managed file's content, owner and mode equal what ``state.apply
       epilog`` would lay down now (a ``test=True`` run of the state);
@@ -989,20 +999,40 @@ def verify():
       slurm.conf is readable.
 
     Returns ``result`` (True when nothing is wrong), ``problems`` in plain
-    words, each naming its file, ``notes`` and the ``checked`` paths.
+    words, each naming its file, ``notes``, the ``checked`` paths, the
+    ``release`` id that is current and its ``manifest`` (path: sha256).
+
+    expect
+        The release id every node should run: a different one is a problem.
 
     CLI Example:
 
     .. code-block:: bash
 
         salt 'slurm-work-*' epilog.verify
+        salt 'slurm-work-*' epilog.verify expect=0123456789ab
     """
     problems, notes = [], []
     settings = _settings()
     try:
+        status = _release_tool(settings, "status")
+    except CommandExecutionError as exc:
+        status = {"problems": [str(exc)]}
+    if status is None:
+        status = {"problems": [f"{settings['slurm_config_dir']}/epilog-releases/release.py is missing: the chain "
+                               "is not laid down"]}
+    problems.extend(status.get("problems", []))
+    release, manifest = status.get("release"), status.get("manifest") or {}
+    # The CLI reads an all-digit id as a number (YAML): compare it as one.
+    if isinstance(expect, int) and release and release.isdigit():
+        expect = release if int(release) == expect or (release[0] == "0" and int(release, 8) == expect) else expect
+    if expect is not None and str(expect) != release:
+        problems.append(f"the current release is {release}, not the expected {expect}")
+    try:
         files, dirs = _managed()
     except CommandExecutionError as exc:
-        return {"result": False, "problems": [str(exc)], "notes": notes, "checked": []}
+        return {"result": False, "problems": problems + [str(exc)], "notes": notes, "checked": [],
+                "release": release, "manifest": manifest}
 
     preview = __salt__["state.sls"]("epilog", test=True)  # noqa: F821 - a Salt dunder
     if not isinstance(preview, dict):
@@ -1012,6 +1042,9 @@ def verify():
             name, changes = state.get("name"), state.get("changes") or {}
             if state.get("result") is False:
                 problems.append(f"{name}: {state.get('comment')}")
+            elif str(state.get("__id__", "")).endswith("release-switch-cmd-run") and state.get("result") is None:
+                wanted = name.split(" activate ", 1)[-1].split(" ", 1)[0]
+                problems.append(f"the release the state lays down now ({wanted}) is not current (current: {release})")
             elif changes:
                 what = "is missing" if "newfile" in changes or "directory" in str(changes.get(name, "")) else \
                     f"differs from what the state lays down now ({', '.join(sorted(changes))})"
@@ -1045,6 +1078,29 @@ def verify():
             continue
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
             problems.append(f"{path} must be a directory owned by root and not writable by group or others")
+    # What root runs: anyone who can write slurm_config_dir or one of its
+    # ancestors can swap the chain, and anyone who can write a site's part
+    # runs code as root at the next job end.
+    if os.path.isdir(settings["slurm_config_dir"]) and not _root_only(settings["slurm_config_dir"]):
+        problems.append(f"{settings['slurm_config_dir']} (epilog:slurm_config_dir) or one of its ancestors is a "
+                        "symlink, not root's, or writable by another account (and not sticky): that account can "
+                        "replace the chain root runs")
+    for stage in ("epilog.d", "prolog.d"):
+        site_dir = os.path.join(settings["slurm_config_dir"], stage)
+        try:
+            names = sorted(os.listdir(site_dir))
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(site_dir, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_mode & 0o111 and (st.st_uid != 0 or st.st_mode & 0o022):
+                problems.append(f"{path} is run by root at every job end, but it is owned by uid {st.st_uid} or "
+                                f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}): that account "
+                                "runs code as root; the runner skips it")
 
     backup = os.path.join(settings["slurm_config_dir"], "localusers.backup")
     try:
@@ -1099,36 +1155,56 @@ def verify():
                             f"{settings['slurmd_spool_dir']}")
 
     return {"result": not problems, "problems": problems, "notes": notes,
-            "checked": sorted([item["path"] for item in files] + dirs)}
+            "checked": sorted([item["path"] for item in files] + dirs), "release": release, "manifest": manifest}
 
 
-def rollback(test=None, everything=False, window=600):
+def _readlink(path):
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def _release_tool(settings, *args):
+    """Run the node's release.py (what the state laid down) with ARGS; its
+    JSON report, or None when the node has no releases."""
+    confdir = settings["slurm_config_dir"]
+    tool = os.path.join(confdir, "epilog-releases", "release.py")
+    if not os.path.isfile(tool):
+        return None
+    proc = subprocess.run(["/usr/bin/python3", "-I", "-B", tool, "--root", confdir, *args],
+                          capture_output=True, text=True, check=False)
+    try:
+        return json.loads(proc.stdout)
+    except ValueError as exc:
+        raise CommandExecutionError(f"{tool} {' '.join(args)} failed (rc={proc.returncode}): "
+                                    f"{(proc.stderr or proc.stdout).strip()[-500:]}") from exc
+
+
+def rollback(test=None):
     """
-    Undo the last deploy: restore each file the state manages that the last
-    ``state.apply`` changed to its newest backup in the minion's file_backup
-    (``file.list_backups`` / ``file.restore_backup``), then put back the
-    owner root and the state's mode (restore_backup keeps neither for a file
-    it has to create). The file being replaced is itself backed up first, so
-    a second rollback undoes the first.
+    Switch this node's epilog chain back to exactly the release that was
+    current before the current one, with one rename: a job end that has
+    started keeps the release it started with, the next one runs the
+    previous release, complete. The release must still match the sha256
+    manifest recorded when it was first made current.
 
-    "Changed by the last deploy" means: its newest backup is at most
-    ``window`` seconds older than the newest backup of any managed file. A
-    file the last deploy left alone keeps its current content (restoring an
-    older backup of, say, localusers.backup could drop a newly listed
-    operator); it is listed under ``unchanged_by_last_deploy``. With
-    ``everything=True`` every managed file goes back to its newest backup.
-    Files with no backup at all (new in the last deploy) are listed under
-    ``no_backup`` and left in place.
+    Only releases of the chain count (epilog-releases/ under
+    slurm_config_dir; ``epilog.clean`` removes them all). With no previous
+    release it says so and changes nothing. A second rollback switches
+    forward again. The next ``state.apply epilog`` makes the pillar's
+    release current again: fix the pillar or the formula first.
 
     Use it when a deploy must be undone at once (the SOP's triggers: a health
     check fails, a checksum is not the expected one, slurmd logs ``epilog
-    failed`` or a node drains, a live display is wrongly removed), then fix
-    the pillar or formula before the next ``state.apply``, which would lay
-    the new version down again.
+    failed`` or a node drains, a live display is wrongly removed).
+
+    Returns ``result``, ``release`` (current before), ``to``, ``switched``,
+    ``switch_seconds`` (the rename itself) and a ``comment``.
 
     test
-        Report what would be restored and change nothing. Defaults to the
-        minion's ``test`` option.
+        Name the release it would switch to, and change nothing. Defaults to
+        the minion's ``test`` option.
 
     CLI Example:
 
@@ -1136,43 +1212,14 @@ def rollback(test=None, everything=False, window=600):
 
         salt 'slurm-work-*' epilog.rollback test=True
         salt -b 1 'slurm-work-*' epilog.rollback
-        salt 'slurm-work-01' epilog.rollback everything=True
     """
-    import datetime  # pylint: disable=import-outside-toplevel
-
     if test is None:
         test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
-    files, _ = _managed()
-    report = {"result": True, "test": bool(test), "restored": [], "would_restore": [], "no_backup": [],
-              "unchanged_by_last_deploy": [], "errors": []}
-    candidates = []
-    for item in files:
-        backups = __salt__["file.list_backups"](item["path"])  # noqa: F821 - a Salt dunder
-        if not backups:
-            report["no_backup"].append(item["path"])
-            continue
-        newest_id = min(backups, key=int)
-        newest = backups[newest_id]
-        when = datetime.datetime.strptime(newest["Backup Time"], "%a %b %d %Y %H:%M:%S.%f")
-        candidates.append((item, newest_id, newest, when))
-    latest = max((when for *_, when in candidates), default=None)
-    for item, newest_id, newest, when in candidates:
-        path = item["path"]
-        if not everything and (latest - when).total_seconds() > float(window):
-            report["unchanged_by_last_deploy"].append(path)
-            continue
-        entry = {"path": path, "backup": newest.get("Location"), "time": newest.get("Backup Time")}
-        if test:
-            report["would_restore"].append(entry)
-            continue
-        ret = __salt__["file.restore_backup"](path, newest_id)  # noqa: F821 - a Salt dunder
-        if not ret.get("result"):
-            report["errors"].append(f"{path}: {ret.get('comment')}")
-            continue
-        os.chown(path, 0, 0)
-        os.chmod(path, item["mode"])
-        report["restored"].append(entry)
-    report["result"] = not report["errors"]
+    settings = _settings()
+    report = _release_tool(settings, "rollback", *(["--test"] if test else []))
+    if report is None:
+        return {"result": False, "test": bool(test), "switched": False, "release": None, "to": None,
+                "comment": f"no releases under {settings['slurm_config_dir']}/epilog-releases: nothing to roll back"}
     return report
 
 
@@ -1288,7 +1335,12 @@ def explain(user):
         salt 'slurm-work-01' epilog.explain user=je.kim
     """
     settings = _settings()
-    backup = os.path.join(settings["slurm_config_dir"], "localusers.backup")
+    # the list the current release's parts read (not the entry symlink: a
+    # switch after this must not change the file named here)
+    releases = os.path.join(settings["slurm_config_dir"], "epilog-releases")
+    current = _readlink(os.path.join(releases, "current"))
+    backup = os.path.join(releases, current, "localusers.backup") if current else \
+        os.path.join(settings["slurm_config_dir"], "localusers.backup")
     if not re.fullmatch(r"[A-Za-z0-9._@-]+", str(user)):
         answer, why = "unusual name", "the parts do nothing for an empty or unusual job user name"
     else:
@@ -1346,7 +1398,9 @@ def main(argv=None):
                      help="run as the epilog part: the job comes from SLURM_JOB_ID, SLURM_JOB_UID and SLURM_JOB_USER; "
                           "always exit 0")
     cmd.add_argument("--json", action="store_true", help="print the report as JSON")
+    cmd.add_argument("--release", default=None, help="the release of the chain that runs it, for the log")
     args = parser.parse_args(argv)
+    release = args.release if args.release and re.fullmatch(r"[0-9a-f]{12}", args.release) else None
     source, user, job, uid = "epilog_sweep.py", None, args.job or None, args.uid
     if args.part:
         # The job's identity comes from slurmd's environment, never from
@@ -1357,10 +1411,11 @@ def main(argv=None):
         uid = os.environ.get("SLURM_JOB_UID") or None
         if not (job and job.isdigit() and uid and uid.isdigit() and 1 <= int(uid) <= 4294967294):
             job = uid = None  # no scratch without a plain job id and uid
-    log = _Log(args.log_file, source, job, user, log_fd=args.log_fd)
+    log = _Log(args.log_file, source, job, user, log_fd=args.log_fd, release=release)
     try:
         report = run_sweep(test=args.test, job=job, patterns=args.pattern, budget=args.budget,
-                           log_file=args.log_file, source=source, user=user, uid=uid, log_fd=args.log_fd)
+                           log_file=args.log_file, source=source, user=user, uid=uid, log_fd=args.log_fd,
+                           release=release)
     except CommandExecutionError as exc:
         log("warning", f"sweep could not run: {exc}")
         print(f"epilog_sweep.py: {exc}", file=sys.stderr)

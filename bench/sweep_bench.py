@@ -126,7 +126,7 @@ def inner(sandbox, sizes, runs):
     baseline = sandbox / "baseline.sh"
     baseline.write_text(BASELINE)
     baseline.chmod(0o755)
-    part = sandbox / "slurm/epilog.d/45-stale-x-display"
+    part = sandbox / "slurm/epilog-releases/current/epilog.d/45-stale-x-display"
     env = {"SLURM_JOB_USER": USER, "SLURM_JOB_UID": str(pw.pw_uid), "SLURM_JOB_ID": "777", "SLURMD_NODENAME": "bench"}
     salt_call = [str(REPO / ".venv/bin/salt-call"), f"--config-dir={sandbox / 'conf'}", "--local", "--out=json"]
     import salt.client  # pylint: disable=import-outside-toplevel

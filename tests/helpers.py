@@ -159,12 +159,23 @@ class Chain:
         return self._view(Path(path))
 
     @property
+    def release(self):
+        """The current release's directory (epilog-releases/<id>), as the
+        chain names it: its scripts log this path."""
+        current = os.readlink(self.view(self.conf_dir / "epilog-releases/current"))
+        return self.conf_dir / "epilog-releases" / current
+
+    @property
+    def release_id(self):
+        return self.release.name
+
+    @property
     def localusers(self):
-        return self.view(self.conf_dir / "localusers.backup")
+        return self.view(self.release / "localusers.backup")
 
     def part(self, name):
         sub = "prolog.d" if name.startswith("50-") else "epilog.d"
-        return self.conf_dir / sub / name
+        return self.release / sub / name
 
     def run(self, script, env, prefix=(), timeout=60):
         cmd = [*self.prefix, *prefix, str(script)]

@@ -1,7 +1,7 @@
 {#- Removes everything the formula laid down, in reverse order, and nothing
-    else: the scripts, epilog_sweep.py, localusers.backup and ssh_allow.lock,
-    then epilog.d/ and prolog.d/ only if they are empty (a site's own parts
-    stay). It leaves slurm_config_dir, the ssh allow file, the log and its
+    else: the entry symlinks (epilog.sh, prolog.sh, localusers.backup), every
+    release in epilog-releases/ with release.py, ssh_allow.lock, then
+    epilog.d/ and prolog.d/ only if they are empty (a site's own parts stay). It leaves slurm_config_dir, the ssh allow file, the log and its
     directory, and the packages.
     It refuses, removing nothing, while slurm.conf still names the runners.
       salt 'slurm-work-*' state.apply epilog.clean test=True #}
@@ -33,7 +33,19 @@ epilog-clean-slurm-conf-no-longer-wired-test:
     - name: slurm.conf does not name the chain
 {%- endif %}
 
-{%- for file in (layout.scripts | reverse | list) + (layout.data | reverse | list) + layout.retired %}
+{%- set removed = [] %}
+{%- for name in layout.entries | reverse %}
+{%-   do removed.append({'id': 'entry-' ~ name | replace('.', '-'), 'path': name}) %}
+{%- endfor %}
+{%- do removed.append({'id': 'releases', 'path': 'epilog-releases'}) %}
+{%- for file in (layout.data | reverse | list) + layout.retired %}
+{%-   do removed.append(file) %}
+{%- endfor %}
+
+{#- The entry symlinks first (slurm.conf no longer names them), then every
+    release with the tool and the history: nothing of the formula's is left
+    to roll back to. #}
+{%- for file in removed %}
 
 epilog-clean-{{ file.id }}-file-absent:
   file.absent:
@@ -42,7 +54,7 @@ epilog-clean-{{ file.id }}-file-absent:
       - test: epilog-clean-slurm-conf-no-longer-wired-test
 {%- endfor %}
 
-{%- for sub in layout.directories | reverse %}
+{%- for sub in layout.directories | reverse if sub != 'epilog-releases' %}
 {%-   set dir = confdir ~ '/' ~ sub %}
 
 epilog-clean-{{ sub | replace('.', '-') }}-empty-directory-absent:
@@ -50,7 +62,7 @@ epilog-clean-{{ sub | replace('.', '-') }}-empty-directory-absent:
     - name: rmdir -- {{ dir | quote }}
     - onlyif: test -d {{ dir | quote }} && test ! -L {{ dir | quote }} && test -z "$(ls -A -- {{ dir | quote }})"
     - require:
-{%-   for file in layout.scripts + layout.data + layout.retired %}
+{%-   for file in removed %}
       - file: epilog-clean-{{ file.id }}-file-absent
 {%-   endfor %}
 {%- endfor %}

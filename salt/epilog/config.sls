@@ -1,5 +1,5 @@
-{#- The directories of the chain, the log directory, the localusers list the
-    parts consult and the lock of the ssh allow file. #}
+{#- The site's part directories, the releases directory, the log directory
+    and the lock of the ssh allow file: what lives outside the releases. #}
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import epilog with context %}
 {%- import_yaml tplroot ~ "/layout.yaml" as layout %}
@@ -44,19 +44,6 @@ epilog-config-log-directory-file-directory:
     - user: root
     - group: root
     - mode: '0755'
-    - makedirs: True
-
-epilog-config-localusers-backup-file-managed:
-  file.managed:
-    - name: {{ (confdir ~ '/localusers.backup') | json }}
-    - source: salt://{{ tplroot }}/files/localusers.backup.jinja
-    - template: jinja
-    - context:
-        epilog: {{ epilog | json }}
-    - user: root
-    - group: root
-    - mode: '0600'
-    - backup: minion
     - makedirs: True
 
 {#- Serialises the parts' edits of the ssh allow file. Root-only (0600): no

@@ -1,20 +1,34 @@
-{#- The runners (epilog.sh, prolog.sh) and their parts. Every script is checked
-    with bash -n before it replaces the file in place, and the old file is kept
-    in the minion's file_backup. #}
+{#- The chain as one release: the runners (epilog.sh, prolog.sh), the
+    formula's parts, localusers.backup and the sweep, laid down together in
+    epilog-releases/<id>/, where no job end reads them yet. release.py then
+    checks the whole release (owners, modes, bash -n, exactly the expected
+    files), records its sha256 manifest and makes it current with one rename.
+    slurm.conf's Epilog=/Prolog= name the symlinks epilog.sh and prolog.sh,
+    which never change; a job end keeps the release it started with.
+    The id is a hash of everything the render depends on: the settings, the
+    formula's sources and the Salt version. The same pillar and formula give
+    the same release, and applying it again changes nothing. #}
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import epilog with context %}
 {%- set confdir = epilog.slurm_config_dir %}
 {%- import_yaml tplroot ~ "/layout.yaml" as layout %}
+{%- set inputs = [grains.saltversion, epilog | json] %}
+{%- set sources = salt['cp.list_master'](saltenv=saltenv, prefix=tplroot ~ '/files/') | sort %}
+{%- for path in sources + [tplroot ~ '/layout.yaml', tplroot ~ '/parts.sls', '_modules/epilog.py'] %}
+{%-   do inputs.append(path ~ ' ' ~ (salt['cp.hash_file']('salt://' ~ path, saltenv=saltenv) or {}).get('hsum', 'missing')) %}
+{%- endfor %}
+{%- set release = salt['hashutil.sha256_digest'](inputs | join('\n'))[:12] %}
+{%- set releases = confdir ~ '/epilog-releases' %}
+{%- set reldir = releases ~ '/' ~ release %}
+{%- set tool = '/usr/bin/python3 -I -B ' ~ ((releases ~ '/release.py') | quote) ~ ' --root ' ~ (confdir | quote) %}
+{%- set entries = [] %}
+{%- for name in layout.entries %}{% do entries.append('--entry ' ~ name) %}{% endfor %}
 
 include:
   - {{ tplroot }}.config
 
-{#- The residue sweep: the execution module _modules/epilog.py, laid down
-    verbatim so that part 45 runs the same code with the system python3 and
-    no Salt. The master's (or salt-call's) file_roots must include the repo
-    root for salt://_modules/. #}
-{#- What the parts run: python3 (part 45's sweep), procps (pgrep), perl (part
-    40's sender; perl-base is essential on Debian). #}
+{#- What the parts run: python3 (part 45's sweep, release.py), procps (pgrep),
+    perl (part 40's sender; perl-base is essential on Debian). #}
 epilog-parts-tools-pkg-installed:
   pkg.installed:
     - pkgs:
@@ -22,9 +36,47 @@ epilog-parts-tools-pkg-installed:
       - procps
       - perl-base
 
-epilog-sweep-module-file-managed:
+{#- Checks and switches releases; not part of any release (a rollback runs it). #}
+epilog-release-tool-file-managed:
   file.managed:
-    - name: {{ (confdir ~ '/epilog_sweep.py') | json }}
+    - name: {{ (releases ~ '/release.py') | json }}
+    - source: salt://{{ tplroot }}/files/release.py
+    - user: root
+    - group: root
+    - mode: '0755'
+    - backup: minion
+    - check_cmd: /usr/bin/python3 -I -B -c "import sys; compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')"
+    - require:
+      - pkg: epilog-parts-tools-pkg-installed
+      - file: epilog-config-epilog-releases-file-directory
+
+epilog-release-file-directory:
+  file.directory:
+    - name: {{ reldir | json }}
+    - user: root
+    - group: root
+    - mode: '0755'
+    - require:
+      - file: epilog-config-epilog-releases-file-directory
+{%- for sub in layout.release_directories %}
+
+epilog-release-{{ sub | replace('.', '-') }}-file-directory:
+  file.directory:
+    - name: {{ (reldir ~ '/' ~ sub) | json }}
+    - user: root
+    - group: root
+    - mode: '0755'
+    - require:
+      - file: epilog-release-file-directory
+{%- endfor %}
+
+{#- The residue sweep: the execution module _modules/epilog.py, laid down
+    verbatim so that part 45 runs the same code with the system python3 and
+    no Salt. The master's (or salt-call's) file_roots must include the repo
+    root for salt://_modules/. #}
+epilog-release-sweep-module-file-managed:
+  file.managed:
+    - name: {{ (reldir ~ '/epilog_sweep.py') | json }}
     - source: salt://_modules/epilog.py
     - user: root
     - group: root
@@ -33,7 +85,22 @@ epilog-sweep-module-file-managed:
     - check_cmd: /usr/bin/python3 -I -B -c "import sys; compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')"
     - require:
       - pkg: epilog-parts-tools-pkg-installed
-      - file: epilog-config-epilog-d-file-directory
+      - file: epilog-release-file-directory
+
+{#- The operators the lastuserjob parts never touch: one name per line. #}
+epilog-release-localusers-backup-file-managed:
+  file.managed:
+    - name: {{ (reldir ~ '/localusers.backup') | json }}
+    - source: salt://{{ tplroot }}/files/localusers.backup.jinja
+    - template: jinja
+    - context:
+        epilog: {{ epilog | json }}
+    - user: root
+    - group: root
+    - mode: '0600'
+    - backup: minion
+    - require:
+      - file: epilog-release-file-directory
 
 {%- for script in layout.scripts %}
 {%-   set own_parts = [] %}
@@ -43,22 +110,42 @@ epilog-sweep-module-file-managed:
 
 epilog-{{ script.id }}-file-managed:
   file.managed:
-    - name: {{ (confdir ~ '/' ~ script.path) | json }}
+    - name: {{ (reldir ~ '/' ~ script.path) | json }}
     - source: salt://{{ tplroot }}/files/{{ script.source }}
     - template: jinja
     - context:
         epilog: {{ epilog | json }}
         stage: {{ script.stage }}
         own_parts: {{ own_parts | json }}
+        release: {{ release }}
     - user: root
     - group: root
     - mode: '0755'
     - backup: minion
     - check_cmd: /bin/bash -n
     - require:
-      - file: epilog-config-localusers-backup-file-managed
+      - file: epilog-release-{{ script.stage }}-d-file-directory
+{%- endfor %}
+
+{#- Check the release as a whole and make it current (one rename), then
+    point the entry symlinks at current/ (once: they never change after).
+    Only when it is not current already: a second apply changes nothing,
+    and test=True previews exactly that. #}
+epilog-release-switch-cmd-run:
+  cmd.run:
+    - name: >-
+        {{ tool }} activate {{ release }}
+{%- for script in layout.scripts %} --expect {{ script.path }}:755{% endfor %}
+{%- for file in layout.release_data %} --expect {{ file.path }}:{{ file.mode[1:] }}{% endfor %}
+        {{ entries | join(' ') }} --keep {{ epilog.keep_releases | int }} --grace {{ epilog.chain_timeout | int + 60 }}
+    - unless: {{ tool }} is-current {{ release }} {{ entries | join(' ') }}
+    - require:
+      - file: epilog-release-tool-file-managed
       - file: epilog-config-ssh-allow-lock-file-managed
-      - file: epilog-config-{{ script.stage }}-d-file-directory
+      - file: epilog-release-sweep-module-file-managed
+      - file: epilog-release-localusers-backup-file-managed
+{%- for script in layout.scripts %}
+      - file: epilog-{{ script.id }}-file-managed
 {%- endfor %}
 
 {%- for file in layout.retired %}
@@ -66,4 +153,6 @@ epilog-{{ script.id }}-file-managed:
 epilog-{{ file.id }}-retired-file-absent:
   file.absent:
     - name: {{ (confdir ~ '/' ~ file.path) | json }}
+    - require:
+      - cmd: epilog-release-switch-cmd-run
 {%- endfor %}

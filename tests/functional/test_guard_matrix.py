@@ -68,11 +68,17 @@ def restore_list(chain):
 def test_listed_user_default_path_is_spared_by_every_part(default_chain):
     assert default_chain.conf_dir.as_posix() == "/etc/slurm"
     assert "je.kim" in default_chain.localusers.read_text().splitlines()
-    run_row(default_chain, "je.kim", "spare", log_has=["listed in /etc/slurm/localusers.backup"])
+    # the parts read the list of their own release, under slurm_config_dir;
+    # /etc/slurm/localusers.backup is the symlink to the current one
+    listed = default_chain.localusers
+    assert str(default_chain.release).startswith("/etc/slurm/epilog-releases/")
+    assert os.readlink(default_chain.view("/etc/slurm/localusers.backup")) == "epilog-releases/current/localusers.backup"
+    run_row(default_chain, "je.kim", "spare", log_has=[f"listed in {default_chain.release}/localusers.backup"])
+    assert listed.read_text() == default_chain.view("/etc/slurm/localusers.backup").read_text()
 
 
 def test_listed_user_custom_path_is_spared_by_every_part(chain):
-    listed = f"listed in {chain.conf_dir}/localusers.backup"
+    listed = f"listed in {chain.release}/localusers.backup"
     run_row(chain, "je.kim", "spare", log_has=[listed])
 
 

@@ -295,7 +295,7 @@ def test_a_site_part_that_leaves_processes_behind_does_not_hold_the_runner(own_c
         ret = c.run(c.conf_dir / "epilog.sh", slurmd_env(ALICE, SLURM_CONF="/nonexistent/slurm.conf"), timeout=60)
         assert ret.returncode == 0
         log = c.log_text()
-        assert "epilog.sh job=4242 user=alice: end" in log
+        assert f"epilog.sh job=4242 user=alice release={c.release_id}: end" in log
         assert process_uids(victim.pid) is None, "part 40 did not run after the site parts"
         leftovers = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
         assert len(leftovers) == 2, "precondition: both site parts left a process running"
@@ -556,7 +556,42 @@ def test_no_laid_down_script_needs_a_temporary_file(chain):
     /tmp is full, and nothing read must never become "no other job". None
     of the scripts the state lays down uses one."""
     scripts = [chain.conf_dir / "epilog.sh", chain.conf_dir / "prolog.sh",
-               *(chain.conf_dir / "epilog.d").iterdir(), *(chain.conf_dir / "prolog.d").iterdir()]
+               *(chain.release / "epilog.d").iterdir(), *(chain.release / "prolog.d").iterdir()]
     for script in scripts:
         code = [line for line in script.read_text().splitlines() if not line.lstrip().startswith("#")]
         assert not [line for line in code if "<<" in line], script
+
+
+def test_a_site_part_another_account_can_write_never_runs_as_root(own_chain, tmp_path):
+    """The compromised slurm account, or anyone in a part's group, must not
+    get code run as root: a site part runs only when it is root's (or a
+    symlink to root's) and nobody else can write it, and epilog.verify names
+    each one it would skip."""
+    c = own_chain()
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    slurm_uid = pwd.getpwnam("slurm").pw_uid
+    add_part(c, "10-site-ok", f"touch {ran}/ok")
+    add_part(c, "11-group-writable", f"touch {ran}/group-writable", mode=0o775)
+    os.chown(add_part(c, "12-slurm-owned", f"touch {ran}/slurm-owned"), slurm_uid, 0)
+    target = tmp_path / "slurm-owned-target"
+    target.write_text(f"#!/bin/bash\ntouch {ran}/through-link\n")
+    os.chmod(target, 0o755)
+    os.chown(target, slurm_uid, 0)
+    (c.conf_dir / "epilog.d/13-link-to-slurms").symlink_to(target)
+    ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("je.kim", SLURM_CONF="/nonexistent/slurm.conf"))
+    assert ret.returncode == 0
+    assert sorted(p.name for p in ran.iterdir()) == ["ok"]
+    log = c.log_text()
+    for name in ("11-group-writable", "12-slurm-owned", "13-link-to-slurms"):
+        assert f"skipping {name}: " in log and "not root's or is writable by group or others" in log, name
+    # the same parts, with the directory itself writable by slurm: none runs
+    shutil.chown(c.conf_dir / "epilog.d", "slurm")
+    try:
+        ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("je.kim", job=4243, SLURM_CONF="/nonexistent/slurm.conf"))
+    finally:
+        shutil.chown(c.conf_dir / "epilog.d", "root")
+    assert ret.returncode == 0
+    (ran / "ok").unlink()
+    assert not list(ran.iterdir())
+    assert "job=4243" in c.log_text() and "skipping 10-site-ok: " in c.log_text()

@@ -4,12 +4,11 @@ by pytest-salt-factories with a pillar file of its own)."""
 import itertools
 import json
 import os
+import pwd
 import shutil
 import socket
-import stat
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -47,6 +46,10 @@ class Node:
         assert ret.returncode == (0 if ret.data.get("result", True) else 1), ret
         return ret.data
 
+    @property
+    def release(self):
+        return self.conf_dir / "epilog-releases" / os.readlink(self.conf_dir / "epilog-releases/current")
+
     def snapshot(self):
         return {p: (p.read_bytes(), p.stat().st_mode, p.stat().st_mtime_ns)
                 for p in self.conf_dir.rglob("*") if p.is_file()}
@@ -64,28 +67,36 @@ def test_verify_passes_on_a_fresh_apply_and_changes_nothing(node):
     before = node.snapshot()
     report = node.run("verify")
     assert report["result"] is True, report["problems"]
-    assert str(node.conf_dir / "epilog.d/39-lastuserjob-ssh") in report["checked"]
+    assert str(node.release / "epilog.d/39-lastuserjob-ssh") in report["checked"]
+    assert report["release"] == node.release.name
+    manifest = {line.split("  ", 1)[1]: line.split("  ", 1)[0]
+                for line in (node.release / "MANIFEST.sha256").read_text().splitlines()}
+    assert report["manifest"] == manifest and "epilog.d/40-lastuserjob-processes" in manifest
+    assert node.run("verify", f"expect={node.release.name}")["result"] is True
+    wrong = node.run("verify", "expect=0123456789ab")
+    assert f"the current release is {node.release.name}, not the expected 0123456789ab" in wrong["problems"]
     assert node.snapshot() == before
 
 
 def test_verify_names_a_hand_edited_part(node):
     node.apply()
-    part = node.conf_dir / "epilog.d/39-lastuserjob-ssh"
+    part = node.release / "epilog.d/39-lastuserjob-ssh"
     part.write_text(part.read_text().replace("epilog_allow_edit remove", "sed -i \"/$SLURM_JOB_USER/d\" /etc/localusers #"))
     edited = part.read_bytes()
     report = node.run("verify")
     assert report["result"] is False
     assert any(str(part) in p and "differs from what the state lays down now" in p for p in report["problems"]), report
+    assert any(str(part) in p and "changed since the release was made" in p for p in report["problems"]), report
     assert part.read_bytes() == edited, "verify must not repair anything"
 
 
 def test_verify_names_bad_owner_mode_and_syntax(node):
     node.apply()
-    p40 = node.conf_dir / "epilog.d/40-lastuserjob-processes"
-    p42 = node.conf_dir / "epilog.d/42-lastuserjob-cleanup"
+    p40 = node.release / "epilog.d/40-lastuserjob-processes"
+    p42 = node.release / "epilog.d/42-lastuserjob-cleanup"
     os.chmod(p40, 0o775)
     os.chown(p42, 1001, 0)
-    p45 = node.conf_dir / "epilog.d/45-stale-x-display"
+    p45 = node.release / "epilog.d/45-stale-x-display"
     p45.write_text(p45.read_text() + "\nif then; fi\n")
     problems = "\n".join(node.run("verify")["problems"])
     assert f"{p40} is writable by group or others (mode 0775)" in problems
@@ -170,47 +181,95 @@ def test_verify_names_a_missing_tool(node):
     assert "flock is not installed (the parts look in /usr/local/sbin:" in "\n".join(ret.data["problems"])
 
 
-def test_rollback_restores_the_previous_version_with_its_mode(node):
-    node.set_pillar(localusers=["root"], part_timeout=30)
+def test_rollback_switches_to_exactly_the_previous_release_and_back(node):
+    node.set_pillar(localusers=["root"], part_timeout=19)
     node.apply()
-    runner = node.conf_dir / "epilog.sh"
-    old_runner, old_list = runner.read_bytes(), (node.conf_dir / "localusers.backup").read_bytes()
-    node.set_pillar(localusers=["root", "je.kim"], part_timeout=40)
+    first = node.release
+    first_files = {p: p.read_bytes() for p in first.rglob("*") if p.is_file()}
+    node.set_pillar(localusers=["root", "je.kim"], part_timeout=18)
     node.apply()
-    assert runner.read_bytes() != old_runner
-    new = node.snapshot()
+    second = node.release
+    assert second != first
+    before = node.snapshot()
     preview = node.run("rollback", "test=True")
-    assert {e["path"] for e in preview["would_restore"]} == {
-        str(runner), str(node.conf_dir / "prolog.sh"), str(node.conf_dir / "localusers.backup")}
-    assert str(node.conf_dir / "epilog.d/40-lastuserjob-processes") in preview["no_backup"]
-    assert node.snapshot() == new, "test=True changed something"
+    assert (preview["release"], preview["to"], preview["switched"]) == (second.name, first.name, False), preview
+    assert node.snapshot() == before, "test=True changed something"
     report = node.run("rollback")
-    assert report["result"] is True and len(report["restored"]) == 3, report
-    assert runner.read_bytes() == old_runner
-    assert (node.conf_dir / "localusers.backup").read_bytes() == old_list
-    assert stat.S_IMODE(runner.stat().st_mode) == 0o755
-    assert stat.S_IMODE((node.conf_dir / "localusers.backup").stat().st_mode) == 0o600
-    assert node.run("verify")["result"] is False, "after a rollback the node differs from the pillar"
+    assert (report["to"], report["switched"]) == (first.name, True), report
+    assert node.release == first
+    assert os.path.realpath(node.conf_dir / "epilog.sh") == str(first / "epilog.sh")
+    assert (node.conf_dir / "localusers.backup").read_text() == "root\n"
+    assert {p: p.read_bytes() for p in first.rglob("*") if p.is_file()} == first_files, "the release must be exact"
+    problems = node.run("verify")["problems"]
+    assert f"the release the state lays down now ({second.name}) is not current (current: {first.name})" in problems
+    # a second rollback rolls forward again, and a third back
+    assert node.run("rollback")["to"] == second.name and node.release == second
+    assert node.run("rollback")["to"] == first.name and node.release == first
+    # the next apply makes the pillar's release current again
+    node.apply()
+    report = node.run("verify")
+    assert node.release == second and report["result"] is True, report["problems"]
 
 
-def test_rollback_leaves_files_the_last_deploy_did_not_change(node):
-    """Deploy 1 changes localusers.backup; deploy 2, later, changes only the
-    runners. Rolling back deploy 2 must not take localusers.backup back to
-    before deploy 1 (that could drop a newly listed operator)."""
-    node.set_pillar(localusers=["root"], part_timeout=30)
+def test_rollback_goes_back_one_deploy_only(node):
+    """Three deploys: the rollback goes to the second, not the first; a
+    deploy that changed nothing on the node is not a deploy to undo."""
+    releases = []
+    for timeout in (30, 31, 32):
+        node.set_pillar(part_timeout=timeout)
+        node.apply()
+        releases.append(node.release.name)
+    node.apply()  # unchanged: the same release
+    assert node.run("rollback", "test=True")["to"] == releases[1]
+
+
+def test_rollback_with_nothing_to_go_back_to_says_so_and_changes_nothing(node):
     node.apply()
-    node.set_pillar(localusers=["root", "je.kim"], part_timeout=30)
+    before = node.snapshot()
+    for args in (("test=True",), ()):
+        report = node.run("rollback", *args)
+        assert report["result"] is False and report["switched"] is False, report
+        assert "nothing to roll back to" in report["comment"], report
+    assert node.snapshot() == before
+
+
+def test_rollback_never_crosses_a_clean_or_the_minion_cache(node):
+    """Releases live under slurm_config_dir: clearing Salt's cache leaves
+    them; epilog.clean removes them all, so nothing from before a clean is
+    ever offered."""
+    node.set_pillar(part_timeout=30)
     node.apply()
-    listed = (node.conf_dir / "localusers.backup").read_bytes()
-    time.sleep(2.5)
-    node.set_pillar(localusers=["root", "je.kim"], part_timeout=40)
+    first = node.release.name
+    node.set_pillar(part_timeout=31)
     node.apply()
-    report = node.run("rollback", "window=2")
-    assert {e["path"] for e in report["restored"]} == {str(node.conf_dir / "epilog.sh"), str(node.conf_dir / "prolog.sh")}
-    assert report["unchanged_by_last_deploy"] == [str(node.conf_dir / "localusers.backup")]
-    assert (node.conf_dir / "localusers.backup").read_bytes() == listed
-    everything = node.run("rollback", "everything=True", "test=True")
-    assert str(node.conf_dir / "localusers.backup") in {e["path"] for e in everything["would_restore"]}
+    assert node.call("saltutil.clear_cache").returncode == 0
+    assert node.run("rollback", "test=True")["to"] == first
+    node.apply("epilog.clean")
+    assert not (node.conf_dir / "epilog-releases").exists()
+    node.set_pillar(part_timeout=30)
+    node.apply()
+    report = node.run("rollback", "test=True")
+    assert report["result"] is False and "nothing to roll back to" in report["comment"], report
+
+
+def test_rollback_refuses_a_previous_release_that_changed_since_it_was_made(node):
+    node.set_pillar(part_timeout=30)
+    node.apply()
+    first = node.release
+    node.set_pillar(part_timeout=31)
+    node.apply()
+    second = node.release
+    part = first / "epilog.d/40-lastuserjob-processes"
+    part.write_text(part.read_text() + "\n# edited\n")
+    report = node.run("rollback")
+    assert report["result"] is False and report["switched"] is False, report
+    assert f"{part} changed since the release was made" in report["comment"], report
+    assert node.release == second
+    (first / "epilog.d/45-stale-x-display").unlink()
+    part.write_text(part.read_text().replace("\n# edited\n", ""))
+    report = node.run("rollback")
+    assert report["result"] is False and f"{first}/epilog.d/45-stale-x-display is missing" in report["comment"], report
+    assert node.release == second
 
 
 def test_clean_removes_what_the_formula_laid_down_and_nothing_else(node):
@@ -245,7 +304,7 @@ def test_explain_agrees_with_what_the_parts_then_do(node, user, listing, acts, a
     """explain's answer, checked against a real run of epilog.sh for the same
     user with a real stray process."""
     node.apply()
-    backup = node.conf_dir / "localusers.backup"
+    backup = node.release / "localusers.backup"
     if listing is None:
         backup.unlink()
     else:
@@ -280,3 +339,21 @@ def test_explain_says_unknown_when_other_jobs_cannot_be_told(node):
     # Another job's step socket, no slurmstepd, no controller to ask.
     assert report["other_jobs"]["answer"] == "unknown", report
     assert report["parts"]["39-lastuserjob-ssh"].startswith("skipped: other jobs of this user on this node: unknown")
+
+
+def test_verify_names_what_root_would_run_that_another_account_can_write(node):
+    node.apply()
+    wired(node)
+    part = node.conf_dir / "prolog.d/20-site"
+    part.write_text("#!/bin/bash\nexit 0\n")
+    os.chmod(part, 0o777)
+    shutil.chown(part, "slurm")
+    problems = "\n".join(node.run("verify")["problems"])
+    assert f"{part} is run by root at every job end, but it is owned by uid {pwd.getpwnam('slurm').pw_uid}" in problems
+    part.unlink()
+    os.chmod(node.conf_dir, 0o775)
+    try:
+        problems = "\n".join(node.run("verify")["problems"])
+    finally:
+        os.chmod(node.conf_dir, 0o755)
+    assert f"{node.conf_dir} (epilog:slurm_config_dir) or one of its ancestors is" in problems

@@ -2,9 +2,9 @@
 sandbox slurm_config_dir: preview, idempotence, backups, the bash -n gate,
 ownership and modes, and every bad-pillar case."""
 import json
+import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -14,9 +14,12 @@ from tests.helpers import REPO, Chain, require_tools
 
 LAYOUT = yaml.safe_load((REPO / "salt/epilog/layout.yaml").read_text())
 SCRIPTS = [script["path"] for script in LAYOUT["scripts"]]
-# the directories, the log directory, the data files, the scripts, the
-# retired files' removal and the packages
-STATE_COUNT = len(LAYOUT["directories"]) + 1 + len(LAYOUT["data"]) + len(SCRIPTS) + len(LAYOUT["retired"]) + 1
+RELEASE_FILES = SCRIPTS + [data["path"] for data in LAYOUT["release_data"]]
+# the directories, the log directory, the data files, the release's directory
+# and subdirectories, its files, the switch, the retired files' removal and
+# the packages
+STATE_COUNT = (len(LAYOUT["directories"]) + 1 + len(LAYOUT["data"]) + 1 + len(LAYOUT["release_directories"])
+               + len(RELEASE_FILES) + 1 + len(LAYOUT["retired"]) + 1)
 # never "pending" on a node that has them: the packages, and the absence of
 # files no earlier version laid down here
 ALREADY_THERE = {"epilog-parts-tools-pkg-installed"} | {f"epilog-{f['id']}-retired-file-absent" for f in LAYOUT["retired"]}
@@ -37,8 +40,10 @@ def test_preview_lays_down_nothing_and_predicts_what_apply_changes(salt_call, tm
     assert applied.returncode == 0, applied
     changed = {sid for sid, s in applied.states.items() if s["result"] is True and s["changes"]}
     assert pending == changed and len(changed) == STATE_COUNT - len(ALREADY_THERE)
-    for script in SCRIPTS:
-        assert (c.conf_dir / script).is_file()
+    for path in RELEASE_FILES:
+        assert (c.release / path).is_file()
+    for name in LAYOUT["entries"]:
+        assert os.readlink(c.conf_dir / name) == f"epilog-releases/current/{name}"
 
 
 def test_second_apply_changes_nothing(salt_call, tmp_path):
@@ -50,25 +55,41 @@ def test_second_apply_changes_nothing(salt_call, tmp_path):
     assert all(s["result"] is True and not s["changes"] for s in again.states.values()), again
 
 
-def test_changed_pillar_leaves_a_backup_of_the_old_file(salt_call, tmp_path):
+def test_changed_pillar_is_a_new_release_and_the_old_one_stays_whole(salt_call, tmp_path):
     c = sandbox(tmp_path)
     assert salt_call("state.apply", "epilog", pillar=c.pillar(localusers=["root"])).returncode == 0
+    old, old_files = c.release, {p: (c.release / p).read_bytes() for p in RELEASE_FILES}
     ret = salt_call("state.apply", "epilog", pillar=c.pillar(localusers=["root", "je.kim"]))
     assert ret.returncode == 0, ret
     changed = {sid for sid, s in ret.states.items() if s["changes"]}
-    assert changed == {"epilog-config-localusers-backup-file-managed"}
+    # a new release is laid down whole, beside the old one, then switched to
+    assert "epilog-release-switch-cmd-run" in changed and "epilog-release-file-directory" in changed
+    assert c.release != old
     assert c.localusers.read_text() == "root\nje.kim\n"
-    backups = salt_call("file.list_backups", str(c.localusers))
-    assert backups.returncode == 0 and backups.data, backups
-    newest = backups.data[min(backups.data, key=int)]
-    assert Path(newest["Location"]).read_text() == "root\n"
+    assert {p: (old / p).read_bytes() for p in RELEASE_FILES} == old_files
+    assert os.readlink(c.conf_dir / "epilog-releases/previous") == old.name
+
+
+def test_release_id_is_the_render_not_the_time(salt_call, tmp_path):
+    """The same settings give the same release id (so every node of one
+    pillar runs the same id); a setting the scripts hold gives another."""
+    c = sandbox(tmp_path)
+    assert salt_call("state.apply", "epilog", pillar=c.pillar()).returncode == 0
+    first = c.release_id
+    assert salt_call("state.apply", "epilog", pillar=c.pillar(part_timeout=21)).returncode == 0
+    assert c.release_id != first
+    again = salt_call("state.apply", "epilog", pillar=c.pillar())
+    assert again.returncode == 0, again
+    assert c.release_id == first, "the same settings must give the same release"
+    # the release was there already: only the switch back changed anything
+    assert {sid for sid, s in again.states.items() if s["changes"]} == {"epilog-release-switch-cmd-run"}
 
 
 def test_render_failing_bash_n_is_refused_and_old_file_stays(salt_call, tmp_path):
     c = sandbox(tmp_path)
     assert salt_call("state.apply", "epilog", pillar=c.pillar()).returncode == 0
-    part = c.conf_dir / "epilog.d/40-lastuserjob-processes"
-    before = part.read_bytes()
+    part = c.part("40-lastuserjob-processes")
+    before, release = part.read_bytes(), c.release
     broken_tree = tmp_path / "salt-tree"
     shutil.copytree(REPO / "salt", broken_tree)
     template = broken_tree / "epilog/files/epilog.d/40-lastuserjob-processes.jinja"
@@ -79,6 +100,9 @@ def test_render_failing_bash_n_is_refused_and_old_file_stays(salt_call, tmp_path
     assert state["result"] is False and "check_cmd" in state["comment"], state
     assert part.read_bytes() == before
     assert subprocess.run(["bash", "-n", str(part)]).returncode == 0
+    # the broken release was never switched to: the chain runs the old one
+    assert c.release == release and ret.states["epilog-release-switch-cmd-run"]["result"] is False
+    assert os.path.realpath(c.conf_dir / "epilog.sh") == str(release / "epilog.sh")
 
 
 def test_scripts_are_root_owned_0755_and_not_writable_by_slurm(salt_call, tmp_path):
@@ -87,7 +111,10 @@ def test_scripts_are_root_owned_0755_and_not_writable_by_slurm(salt_call, tmp_pa
     assert salt_call("state.apply", "epilog", pillar=c.pillar()).returncode == 0
     slurm = subprocess.run(["id", "-u", "slurm"], capture_output=True, text=True)
     assert slurm.returncode == 0, "the slurm account (from the slurm packages) is missing"
-    for path in [c.conf_dir / s for s in SCRIPTS] + [c.conf_dir / "epilog.d", c.conf_dir / "prolog.d"]:
+    release = c.release
+    dirs = [c.conf_dir / "epilog.d", c.conf_dir / "prolog.d", c.conf_dir / "epilog-releases", release,
+            release / "epilog.d", release / "prolog.d"]
+    for path in [release / s for s in SCRIPTS] + [c.conf_dir / "epilog-releases/release.py"] + dirs:
         st = path.stat()
         assert (st.st_uid, st.st_gid) == (0, 0), path
         assert st.st_mode & 0o7777 == 0o755, (path, oct(st.st_mode))
@@ -101,7 +128,7 @@ def test_rendered_scripts_are_shellcheck_clean(salt_call, tmp_path):
     require_tools("shellcheck")
     c = sandbox(tmp_path)
     assert salt_call("state.apply", "epilog", pillar=c.pillar()).returncode == 0
-    ret = subprocess.run(["shellcheck", "-s", "bash", *[str(c.conf_dir / s) for s in SCRIPTS]], capture_output=True, text=True)
+    ret = subprocess.run(["shellcheck", "-s", "bash", *[str(c.release / s) for s in SCRIPTS]], capture_output=True, text=True)
     assert ret.returncode == 0, ret.stdout
 
 
@@ -110,7 +137,7 @@ def test_sweep_file_is_the_execution_module_verbatim(salt_call, tmp_path):
     module down as epilog_sweep.py, byte for byte."""
     c = sandbox(tmp_path)
     assert salt_call("state.apply", "epilog", pillar=c.pillar()).returncode == 0
-    assert (c.conf_dir / "epilog_sweep.py").read_bytes() == (REPO / "_modules/epilog.py").read_bytes()
+    assert (c.release / "epilog_sweep.py").read_bytes() == (REPO / "_modules/epilog.py").read_bytes()
 
 
 def test_localusers_backup_is_exactly_the_pillar_list(salt_call, tmp_path):
@@ -208,8 +235,44 @@ def test_saltfile_makes_salt_call_work_from_the_repo_root(tmp_path):
     assert ret.returncode == 0, ret.stderr[-2000:]
     states = json.loads(ret.stdout)["local"]
     assert len(states) == STATE_COUNT and all(s["result"] for s in states.values())
-    assert (c.conf_dir / "epilog_sweep.py").read_bytes() == (REPO / "_modules/epilog.py").read_bytes()
+    assert (c.release / "epilog_sweep.py").read_bytes() == (REPO / "_modules/epilog.py").read_bytes()
     sweep = subprocess.run([str(REPO / ".venv/bin/salt-call"), "--out=json", "epilog.sweep", "test=True"],
                            cwd=REPO, capture_output=True, text=True, timeout=300)
     assert sweep.returncode == 0, sweep.stderr[-2000:]
     assert json.loads(sweep.stdout)["local"]["test"] is True
+
+
+# the last commit that laid the chain down in place, before releases
+IN_PLACE = "8278322"
+
+
+def test_upgrade_from_the_in_place_layout_keeps_site_parts_and_no_old_copy(salt_call, tmp_path):
+    """A node laid down by the formula before releases (the chain written
+    in place in slurm_config_dir) is upgraded by one apply: the entry paths
+    become symlinks by rename (never missing), the old copies of the
+    formula's parts go once the release is current, a site's part stays and
+    still runs."""
+    require_tools("git", "tar")
+    c = sandbox(tmp_path)
+    old = tmp_path / "old"
+    old.mkdir()
+    subprocess.run(f"git -C {REPO} archive {IN_PLACE} salt _modules | tar -x -C {old}", shell=True, check=True)
+    shutil.move(old / "_modules", old / "salt/_modules")
+    ret = salt_call("state.apply", "epilog", f"--file-root={old}/salt", pillar=c.pillar())
+    assert ret.returncode == 0, ret
+    assert (c.conf_dir / "epilog.d/40-lastuserjob-processes").is_file() and not (c.conf_dir / "epilog.sh").is_symlink()
+    marker = tmp_path / "site-part-ran"
+    site = c.conf_dir / "epilog.d/30-site-part"
+    site.write_text(f"#!/bin/bash\ntouch {marker}\n")
+    os.chmod(site, 0o755)
+    ret = salt_call("state.apply", "epilog", pillar=c.pillar())
+    assert ret.returncode == 0, ret
+    for name in LAYOUT["entries"]:
+        assert os.readlink(c.conf_dir / name) == f"epilog-releases/current/{name}"
+    assert sorted(p.name for p in (c.conf_dir / "epilog.d").iterdir()) == ["30-site-part"]
+    assert not list((c.conf_dir / "prolog.d").iterdir())
+    assert not (c.conf_dir / "epilog_sweep.py").exists()
+    run = subprocess.run([str(c.conf_dir / "epilog.sh")], env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "31",
+                         "SLURM_JOB_USER": "root", "SLURM_JOB_UID": "0"}, capture_output=True, timeout=120)
+    assert run.returncode == 0 and marker.exists()
+    assert f"epilog.sh job=31 user=root release={c.release_id}: end" in c.log_text()

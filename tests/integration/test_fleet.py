@@ -94,7 +94,7 @@ def test_2_batched_apply_lays_down_every_node(fleet):
     ret = fleet.run("-b", "1", "state.apply", "epilog", timed="first apply, -b 1, three minions")
     assert ret.returncode == 0, ret
     for minion in MINIONS:
-        assert (fleet.conf_dir(minion) / "epilog.d/39-lastuserjob-ssh").is_file(), minion
+        assert (fleet.conf_dir(minion) / "epilog-releases/current/epilog.d/39-lastuserjob-ssh").is_file(), minion
         assert (fleet.conf_dir(minion) / "epilog_sweep.py").read_bytes() == (REPO / "_modules/epilog.py").read_bytes()
 
 

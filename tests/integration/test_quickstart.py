@@ -10,8 +10,10 @@ from tests.helpers import REPO
 
 LAYOUT = yaml.safe_load((REPO / "salt/epilog/layout.yaml").read_text())
 # what a first apply lays down: the directories, the log directory, the data
-# files and the scripts (the packages are there, the retired files are not)
-LAID_DOWN = len(LAYOUT["directories"]) + 1 + len(LAYOUT["data"]) + len(LAYOUT["scripts"])
+# files, the release's directories and files, and the switch to it (the
+# packages are there, the retired files are not)
+LAID_DOWN = (len(LAYOUT["directories"]) + 1 + len(LAYOUT["data"]) + 1 + len(LAYOUT["release_directories"])
+             + len(LAYOUT["scripts"]) + len(LAYOUT["release_data"]) + 1)
 
 
 def test_quickstart_previews_applies_and_sweeps_planted_residue_in_a_sandbox(accounts):
@@ -30,7 +32,7 @@ def test_quickstart_previews_applies_and_sweeps_planted_residue_in_a_sandbox(acc
         applied = out[out.index("== 2."):out.index("== 3.")]
         assert applied.count("Result: Changed") == LAID_DOWN, applied
         assert "result:\n        True" in out[out.index("== 3."):out.index("== 4.")], "verify must pass after the apply"
-        assert (Path(sandbox) / "slurm/epilog.d/45-stale-x-display").is_file()
+        assert (Path(sandbox) / "slurm/epilog-releases/current/epilog.d/45-stale-x-display").is_file()
         log = (Path(sandbox) / "log/epilog.log").read_text()
         assert "stale X display purged: :42" in log and "stale clsbd purged: /tmp/clsbd.unknownUser." in log
         sweep = out[out.index("== 7."):]

@@ -1,0 +1,440 @@
+#!/usr/bin/python3
+"""epilog-release: the releases of the epilog chain on this node. Managed by
+Salt (epilog formula); local edits are overwritten.
+
+Every deploy lays the whole chain down in a directory of its own,
+<slurm_config_dir>/epilog-releases/<id>/ (the runners, the formula's parts,
+localusers.backup, epilog_sweep.py), named by a hash of everything the
+render depends on. This tool then checks that directory (owners, modes,
+bash -n, the expected files and nothing else), records its sha256 manifest,
+and makes it current with one rename of the symlink
+epilog-releases/current. slurm.conf's Epilog=/Prolog= paths never change:
+<slurm_config_dir>/epilog.sh is a symlink to current/epilog.sh, and the
+runner, once started, reads its parts and its list from its own release's
+directory only, so a job end runs one complete release from start to end
+while deploys and rollbacks switch underneath.
+
+  release.py --root DIR activate ID --expect PATH:MODE... --entry NAME...
+  release.py --root DIR is-current ID --entry NAME...   (exit 0 or 1)
+  release.py --root DIR rollback [--test]
+  release.py --root DIR status
+
+Each command prints one JSON object. Standard library only (Python >= 3.6):
+it runs on the node without Salt.
+"""
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import time
+
+RELEASES = "epilog-releases"
+MANIFEST = "MANIFEST.sha256"
+HISTORY = "history"
+ENTRIES = "entries"
+ID = re.compile(r"[0-9a-f]{12}\Z")
+HISTORY_LINES = 500
+
+
+class Refused(Exception):
+    """The release cannot be made current; nothing was switched."""
+
+
+def _lstat(path):
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _readlink(path):
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def _fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _root_dir(path, what):
+    st = _lstat(path)
+    if st is None or not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        raise Refused("%s %s must be a directory owned by root and writable by nobody else" % (what, path))
+
+
+class Releases:
+    def __init__(self, root):
+        self.root = root
+        self.dir = os.path.join(root, RELEASES)
+
+    # -- reading -------------------------------------------------------------
+    def current(self):
+        target = _readlink(os.path.join(self.dir, "current"))
+        return target if target and ID.match(target) else None
+
+    def previous(self):
+        target = _readlink(os.path.join(self.dir, "previous"))
+        return target if target and ID.match(target) else None
+
+    def files(self, rid):
+        """{relative path: lstat} of release RID's files, MANIFEST aside.
+        Anything but root's regular files and directories that nobody else
+        can write is refused: root runs these."""
+        top = os.path.join(self.dir, rid)
+        _root_dir(top, "release")
+        found = {}
+        pending = [""]
+        while pending:
+            rel = pending.pop()
+            for entry in os.scandir(os.path.join(top, rel) if rel else top):
+                path = os.path.join(rel, entry.name) if rel else entry.name
+                st = entry.stat(follow_symlinks=False)
+                if st.st_uid != 0 or st.st_mode & 0o022:
+                    raise Refused("%s/%s is not root's, or group or others can write it (uid %d, mode %04o)"
+                                  % (top, path, st.st_uid, stat.S_IMODE(st.st_mode)))
+                if stat.S_ISDIR(st.st_mode):
+                    pending.append(path)
+                elif stat.S_ISREG(st.st_mode):
+                    if path != MANIFEST:
+                        found[path] = st
+                else:
+                    raise Refused("%s/%s is not a regular file or a directory" % (top, path))
+        return found
+
+    def hashes(self, rid, files):
+        top = os.path.join(self.dir, rid)
+        out = {}
+        for rel in sorted(files):
+            fd = os.open(os.path.join(top, rel), os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as handle:
+                out[rel] = hashlib.sha256(handle.read()).hexdigest()
+        return out
+
+    def manifest(self, rid):
+        """The recorded {path: sha256} of RID, or None when it has none."""
+        path = os.path.join(self.dir, rid, MANIFEST)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        with os.fdopen(fd, encoding="utf-8") as handle:
+            text = handle.read()
+        out = {}
+        for line in text.splitlines():
+            digest, sep, rel = line.partition("  ")
+            if not sep or not re.match(r"[0-9a-f]{64}\Z", digest):
+                raise Refused("%s: unreadable line %r" % (path, line))
+            out[rel] = digest
+        return out
+
+    def drift(self, rid):
+        """How RID's files differ from its manifest: a list of sentences."""
+        recorded = self.manifest(rid)
+        if recorded is None:
+            return ["release %s has no manifest %s" % (rid, MANIFEST)]
+        now = self.hashes(rid, self.files(rid))
+        out = []
+        for rel in sorted(set(recorded) | set(now)):
+            if rel not in now:
+                out.append("%s/%s/%s is missing" % (self.dir, rid, rel))
+            elif rel not in recorded:
+                out.append("%s/%s/%s is not in the release's manifest" % (self.dir, rid, rel))
+            elif now[rel] != recorded[rel]:
+                out.append("%s/%s/%s changed since the release was made (sha256 %s, manifest %s)"
+                           % (self.dir, rid, rel, now[rel], recorded[rel]))
+        return out
+
+    def history(self):
+        out = []
+        try:
+            with open(os.path.join(self.dir, HISTORY), encoding="utf-8") as handle:
+                for line in handle:
+                    fields = line.split()
+                    if len(fields) == 3 and fields[0].isdigit() and ID.match(fields[2]):
+                        out.append((int(fields[0]), fields[1], fields[2]))
+        except OSError:
+            pass
+        return out
+
+    def entries_wrong(self, entries):
+        out = []
+        for name in entries:
+            want = RELEASES + "/current/" + name
+            if _readlink(os.path.join(self.root, name)) != want:
+                out.append("%s/%s is not the symlink %s" % (self.root, name, want))
+        return out
+
+    # -- checking ------------------------------------------------------------
+    def check(self, rid, expect=None):
+        """Check release RID as root would run it; returns its hashes.
+        EXPECT ({path: mode}): exactly these files, with these modes."""
+        if not ID.match(rid):
+            raise Refused("%r is not a release id" % rid)
+        files = self.files(rid)
+        if expect is not None:
+            for rel, mode in sorted(expect.items()):
+                if rel not in files:
+                    raise Refused("%s/%s/%s is missing" % (self.dir, rid, rel))
+                if stat.S_IMODE(files[rel].st_mode) != mode:
+                    raise Refused("%s/%s/%s has mode %04o, not %04o"
+                                  % (self.dir, rid, rel, stat.S_IMODE(files[rel].st_mode), mode))
+            extra = sorted(set(files) - set(expect))
+            if extra:
+                raise Refused("%s/%s holds files the release does not: %s" % (self.dir, rid, ", ".join(extra)))
+        for rel, st in sorted(files.items()):
+            path = os.path.join(self.dir, rid, rel)
+            if st.st_mode & 0o100:
+                with open(path, "rb") as handle:
+                    shebang = handle.readline()
+                if shebang.startswith(b"#!/bin/bash"):
+                    syntax = subprocess.run(["/bin/bash", "-n", path], stdout=subprocess.PIPE,
+                                            stderr=subprocess.STDOUT, check=False)
+                    if syntax.returncode != 0:
+                        raise Refused("%s fails bash -n: %s" % (path, syntax.stdout.decode(errors="replace").strip()))
+            if rel.endswith(".py"):
+                with open(path, "rb") as handle:
+                    try:
+                        compile(handle.read(), path, "exec")
+                    except (SyntaxError, ValueError) as exc:
+                        raise Refused("%s does not compile: %s" % (path, exc))
+        hashes = self.hashes(rid, files)
+        recorded = self.manifest(rid)
+        if recorded is not None and recorded != hashes:
+            raise Refused("release %s changed since it was made: %s" % (rid, "; ".join(self.drift(rid))))
+        if expect is None and recorded is None:
+            raise Refused("release %s has no manifest: it was never made current" % rid)
+        return hashes, recorded is None
+
+    # -- changing ------------------------------------------------------------
+    def _link(self, directory, name, target):
+        """Point DIRECTORY/NAME at TARGET with one rename (atomic for
+        anyone who opens it); returns whether it changed."""
+        path = os.path.join(directory, name)
+        if _readlink(path) == target:
+            return False
+        st = _lstat(path)
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise Refused("%s is a directory; it must be the symlink %s" % (path, target))
+        tmp = os.path.join(directory, ".%s.%d.tmp" % (name, os.getpid()))
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        os.symlink(target, tmp)
+        os.rename(tmp, path)
+        _fsync_dir(directory)
+        return True
+
+    def _write_manifest(self, rid, hashes):
+        path = os.path.join(self.dir, rid, MANIFEST)
+        tmp = path + ".%d.tmp" % os.getpid()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write("".join("%s  %s\n" % (digest, rel) for rel, digest in sorted(hashes.items())))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.rename(tmp, path)
+
+    def _write(self, name, text):
+        """Replace releases/NAME with TEXT in one rename."""
+        path = os.path.join(self.dir, name)
+        tmp = path + ".%d.tmp" % os.getpid()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.rename(tmp, path)
+
+    def _record(self, action, rid):
+        lines = ["%d %s %s" % (when, what, which) for when, what, which in self.history()]
+        lines.append("%d %s %s" % (int(time.time()), action, rid))
+        self._write(HISTORY, "\n".join(lines[-HISTORY_LINES:]) + "\n")
+
+    def entries(self):
+        """The entry symlinks the last activation laid down."""
+        try:
+            with open(os.path.join(self.dir, ENTRIES), encoding="utf-8") as handle:
+                return [line.strip() for line in handle if re.match(r"[A-Za-z0-9._-]+\Z", line.strip())]
+        except OSError:
+            return []
+
+    def switch(self, rid, action):
+        """Make RID current (the current one becomes previous); returns how
+        long the switch of `current` itself took, in seconds."""
+        old = self.current()
+        if old == rid:
+            return None
+        if old is not None:
+            self._link(self.dir, "previous", old)
+        started = time.perf_counter()
+        self._link(self.dir, "current", rid)
+        took = time.perf_counter() - started
+        self._record(action, rid)
+        return took
+
+    def prune(self, keep, grace):
+        """Remove releases beyond the KEEP most recently current ones,
+        never current or previous, and only those not current for GRACE s
+        (a job end that started on one may still be running it)."""
+        now = time.time()
+        active, left = {}, {}
+        history = self.history()
+        for i, (when, _, rid) in enumerate(history):
+            active[rid] = when
+            left[rid] = history[i + 1][0] if i + 1 < len(history) else now
+        current, previous = self.current(), self.previous()
+        names = sorted(name for name in os.listdir(self.dir) if ID.match(name))
+        for name in names:
+            if name not in active:
+                st = _lstat(os.path.join(self.dir, name))
+                active[name] = left[name] = st.st_mtime if st else 0
+        if current in active:
+            left[current] = now
+        # only releases that were made current count towards KEEP; one that
+        # never was (its checks failed) goes once it is GRACE s old
+        made = [name for name in names if os.path.exists(os.path.join(self.dir, name, MANIFEST))]
+        ranked = sorted(made, key=lambda name: active[name], reverse=True)
+        kept = {current, previous} | set(ranked[:max(keep, 2)])
+        pruned = []
+        for name in names:
+            if name in kept or now - left[name] < grace:
+                continue
+            trash = os.path.join(self.dir, ".%s.%d.pruned" % (name, os.getpid()))
+            os.rename(os.path.join(self.dir, name), trash)
+            shutil.rmtree(trash, ignore_errors=True)
+            pruned.append(name)
+        return pruned
+
+
+def _lock(releases):
+    fd = os.open(os.path.join(releases.dir, ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def activate(releases, rid, expect, entries, keep, grace):
+    _root_dir(releases.dir, "the releases directory")
+    lock = _lock(releases)
+    try:
+        hashes, new = releases.check(rid, expect)
+        if new:
+            releases._write_manifest(rid, hashes)
+        old = releases.current()
+        took = releases.switch(rid, "deploy")
+        changed = [name for name in entries if releases._link(releases.root, name, RELEASES + "/current/" + name)]
+        releases._write(ENTRIES, "".join(name + "\n" for name in entries))
+        pruned = releases.prune(keep, grace)
+    finally:
+        os.close(lock)
+    report = {"result": True, "release": rid, "previous": old if took is not None else releases.previous(),
+              "switched": took is not None, "entries_changed": changed, "pruned": pruned,
+              "manifest": hashes}
+    if took is not None:
+        report["switch_seconds"] = took
+    return report
+
+
+def is_current(releases, rid, entries):
+    return (releases.current() == rid and not releases.entries_wrong(entries)
+            and releases.manifest(rid) is not None and not releases.drift(rid))
+
+
+def rollback(releases, test):
+    current, previous = releases.current(), releases.previous()
+    report = {"result": False, "test": test, "release": current, "to": None, "switched": False}
+    if current is None:
+        report["comment"] = "no release is current on this node (%s/current): nothing to roll back" % releases.dir
+        return report
+    if previous is None or previous == current or not os.path.isdir(os.path.join(releases.dir, previous)):
+        report["comment"] = "no release before %s on this node: nothing to roll back to; nothing changed" % current
+        return report
+    lock = None if test else _lock(releases)
+    try:
+        releases.check(previous)
+        report["to"] = previous
+        if test:
+            report.update(result=True, comment="would switch from release %s to %s" % (current, previous))
+            return report
+        took = releases.switch(previous, "rollback")
+    finally:
+        if lock is not None:
+            os.close(lock)
+    report.update(result=True, switched=True, switch_seconds=took,
+                  comment="switched from release %s to %s; a second rollback switches back" % (current, previous))
+    return report
+
+
+def status(releases, entries):
+    current = releases.current()
+    report = {"release": current, "previous": releases.previous(), "problems": [],
+              "releases": sorted(name for name in os.listdir(releases.dir) if ID.match(name))
+              if os.path.isdir(releases.dir) else [], "history": releases.history()[-10:]}
+    if current is None:
+        report["problems"].append("no release is current (%s/current)" % releases.dir)
+        return report
+    try:
+        report["manifest"] = releases.manifest(current)
+        report["problems"].extend(releases.drift(current))
+    except (Refused, OSError) as exc:
+        report["problems"].append(str(exc))
+    report["problems"].extend(releases.entries_wrong(entries))
+    return report
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="release.py")
+    parser.add_argument("--root", required=True)
+    sub = parser.add_subparsers(dest="command")
+    act = sub.add_parser("activate")
+    act.add_argument("release")
+    act.add_argument("--expect", action="append", default=[])
+    act.add_argument("--entry", action="append", default=[])
+    act.add_argument("--keep", type=int, default=5)
+    act.add_argument("--grace", type=int, default=300)
+    cur = sub.add_parser("is-current")
+    cur.add_argument("release")
+    cur.add_argument("--entry", action="append", default=[])
+    back = sub.add_parser("rollback")
+    back.add_argument("--test", action="store_true")
+    stat_ = sub.add_parser("status")
+    stat_.add_argument("--entry", action="append", default=[])
+    args = parser.parse_args(argv)
+    releases = Releases(args.root)
+    try:
+        if args.command == "activate":
+            expect = {}
+            for item in args.expect:
+                rel, _, mode = item.rpartition(":")
+                expect[rel] = int(mode, 8)
+            report = activate(releases, args.release, expect, args.entry, args.keep, args.grace)
+        elif args.command == "is-current":
+            try:
+                return 0 if is_current(releases, args.release, args.entry) else 1
+            except (Refused, OSError):
+                return 1
+        elif args.command == "rollback":
+            report = rollback(releases, args.test)
+        elif args.command == "status":
+            report = status(releases, args.entry or releases.entries())
+        else:
+            parser.error("a command is required")
+    except (Refused, OSError) as exc:
+        report = {"result": False, "switched": False, "comment": str(exc)}
+    json.dump(report, sys.stdout, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0 if report.get("result", True) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
