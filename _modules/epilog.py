@@ -7,7 +7,7 @@ This one file is both:
 * the Salt execution module ``epilog`` (``salt-call epilog.sweep``), synced
   from ``_modules/``;
 * the standalone script the state lays down as
-  ``{slurm_config_dir}/epilog_sweep.py``, which the epilog part
+  ``epilog_sweep.py`` in each release of the chain, which the epilog part
   ``45-stale-x-display`` runs at every job end with the system python3 and no
   Salt (a stopped minion must not stop cleanup).
 
@@ -921,27 +921,145 @@ def _which(tool):
     return None
 
 
-def _slurm_conf_epilog(settings):
-    """(path of slurm.conf read, {key: value} of Epilog, Prolog, PrologFlags,
-    SlurmdSpoolDir and the epilog and prolog timeouts, keys lowercased), or
-    (None, {})."""
-    candidates = [os.environ.get("SLURM_CONF"), os.path.join(settings["slurm_config_dir"], "slurm.conf"),
-                  "/etc/slurm/slurm.conf"]
-    for path in filter(None, candidates):
+_CONF_PAIR = re.compile(r'\s*([A-Za-z][A-Za-z0-9_]*)\s*=\s*(?:"([^"]*)"|(\S*))')
+_CONF_INCLUDE = re.compile(r"\s*include\s+(\S.*?)\s*\Z", re.I)
+CONF_KEYS = ("epilog", "prolog", "prologflags", "slurmdspooldir", "epilogtimeout", "prologtimeout",
+             "prologepilogtimeout")
+
+
+def parse_slurm_conf(path, _depth=0):
+    """slurm.conf as Slurm reads it: keys in any case, spaces around '=',
+    quoted values, several pairs on a line, '#' comments ('\\#' is a
+    literal '#'), Include (relative to the including file's directory,
+    globs allowed) read in place. Returns ({key lowercased: [values in
+    order]}, [files read], [problems]); the last value is the one Slurm uses
+    (Epilog= and Prolog= may be given more than once from 24.05)."""
+    import glob  # pylint: disable=import-outside-toplevel
+    values, files, problems = {}, [], []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except OSError as exc:
+        return values, files, [f"{path} cannot be read: {exc.strerror}"]
+    files.append(path)
+    for raw in text.splitlines():
+        line = re.sub(r"(?<!\\)#.*", "", raw).replace("\\#", "#")
+        include = _CONF_INCLUDE.match(line)
+        if include:
+            target = include.group(1).strip('"')
+            if not os.path.isabs(target):
+                target = os.path.join(os.path.dirname(path), target)
+            found = sorted(glob.glob(target)) if glob.has_magic(target) else [target]
+            if not found:
+                problems.append(f"{path}: Include {include.group(1)} names no file")
+            if _depth >= 10:
+                problems.append(f"{path}: Include nested more than 10 deep")
+                continue
+            for name in found:
+                sub_values, sub_files, sub_problems = parse_slurm_conf(name, _depth + 1)
+                for key, items in sub_values.items():
+                    values.setdefault(key, []).extend(items)
+                files.extend(sub_files)
+                problems.extend(sub_problems)
+            continue
+        pos = 0
+        while True:
+            pair = _CONF_PAIR.match(line, pos)
+            if not pair:
+                break
+            values.setdefault(pair.group(1).lower(), []).append(
+                pair.group(2) if pair.group(2) is not None else pair.group(3))
+            pos = pair.end()
+    return values, files, problems
+
+
+def _slurmd_conf_paths():
+    """The slurm.conf each running slurmd reads: its -f, or its SLURM_CONF."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                text = handle.read()
+            if os.path.basename(os.readlink(f"/proc/{pid}/exe")) != "slurmd" or os.stat(f"/proc/{pid}").st_uid != 0:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read().decode(errors="replace").split("\0")
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                env = dict(item.split("=", 1) for item in handle.read().decode(errors="replace").split("\0")
+                           if "=" in item)
         except OSError:
             continue
-        found = {}
-        for line in text.splitlines():
-            for word in line.split("#", 1)[0].split():
-                key, _, value = word.partition("=")
-                if key.lower() in ("epilog", "prolog", "prologflags", "slurmdspooldir", "epilogtimeout",
-                                   "prologtimeout", "prologepilogtimeout"):
-                    found[key.lower()] = value
-        return path, found
-    return None, {}
+        if "-f" in argv[:-1]:
+            out.append(argv[argv.index("-f") + 1])
+        elif env.get("SLURM_CONF"):
+            out.append(env["SLURM_CONF"])
+    return out
+
+
+def _slurm_confs(settings):
+    """Every slurm.conf that may be the node's, in the order verify trusts
+    them: $SLURM_CONF, slurm_config_dir/slurm.conf, /etc/slurm/slurm.conf,
+    what a running slurmd reads, and a configless node's cache in its
+    spool. Returns [(path, how)] of those that exist."""
+    candidates = [(os.environ.get("SLURM_CONF"), "SLURM_CONF"),
+                  (os.path.join(settings["slurm_config_dir"], "slurm.conf"), "slurm_config_dir"),
+                  ("/etc/slurm/slurm.conf", "default")]
+    candidates += [(path, "slurmd") for path in _slurmd_conf_paths()]
+    candidates += [(os.path.join(settings["slurmd_spool_dir"], "conf-cache", "slurm.conf"), "configless")]
+    out, seen = [], set()
+    for path, how in candidates:
+        if path and os.path.normpath(path) not in seen and os.path.lexists(path):
+            seen.add(os.path.normpath(path))
+            out.append((path, how))
+    return out
+
+
+def _slurm_conf_epilog(settings):
+    """(path of the slurm.conf verify reads, {key: last value} of CONF_KEYS,
+    problems reading it, how it was found), or (None, {}, [], None)."""
+    confs = _slurm_confs(settings)
+    if not confs:
+        return None, {}, [], None
+    path, how = confs[0]
+    values, _, problems = parse_slurm_conf(path)
+    found = {key: items[-1] for key, items in values.items() if key in CONF_KEYS and items}
+    found["_epilogs"] = values.get("epilog", [])
+    return path, found, problems, how
+
+
+def chain_wired(slurm_config_dir=None):
+    """
+    Whether any slurm.conf of this node still names the chain under
+    SLURM_CONFIG_DIR (the pillar's by default) in Epilog= or Prolog=, read
+    the way Slurm reads it (Include, quotes, any case, $SLURM_CONF, what
+    slurmd was started with, a configless node's cache). ``epilog.clean``
+    refuses unless ``wired`` is empty and ``known`` is True.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-call epilog.chain_wired
+        salt-call epilog.chain_wired slurm_config_dir=/etc/slurm-old
+    """
+    settings = _settings()
+    confdir = os.path.normpath(slurm_config_dir or settings["slurm_config_dir"])
+    report = {"known": True, "wired": [], "unknown": [], "read": []}
+    confs = _slurm_confs(settings)
+    if not confs:
+        report["known"] = False
+        report["unknown"].append("no slurm.conf found ($SLURM_CONF, slurm_config_dir, /etc/slurm, slurmd's, "
+                                 "the configless cache): cannot tell whether it names the chain")
+    for path, _ in confs:
+        values, files, problems = parse_slurm_conf(path)
+        report["read"].extend(files)
+        if problems:
+            report["known"] = False
+            report["unknown"].extend(problems)
+        for key in ("epilog", "prolog"):
+            for value in values.get(key, []):
+                target = os.path.normpath(value) if value else ""
+                if target == confdir or target.startswith(confdir + "/"):
+                    report["wired"].append(f"{path} names {value} ({key.capitalize()}=)")
+    return report
 
 
 def _chain_time_problems(settings, conf_found):
@@ -1022,17 +1140,17 @@ def verify(expect=None):
         status = {"problems": [f"{settings['slurm_config_dir']}/epilog-releases/release.py is missing: the chain "
                                "is not laid down"]}
     problems.extend(status.get("problems", []))
-    release, manifest = status.get("release"), status.get("manifest") or {}
+    release, manifest, content = status.get("release"), status.get("manifest") or {}, status.get("content")
     # The CLI reads an all-digit id as a number (YAML): compare it as one.
     if isinstance(expect, int) and release and release.isdigit():
         expect = release if int(release) == expect or (release[0] == "0" and int(release, 8) == expect) else expect
-    if expect is not None and str(expect) != release:
-        problems.append(f"the current release is {release}, not the expected {expect}")
+    if expect is not None and str(expect) not in (release, content):
+        problems.append(f"the current release is {release} (content {content}), not the expected {expect}")
     try:
         files, dirs = _managed()
     except CommandExecutionError as exc:
         return {"result": False, "problems": problems + [str(exc)], "notes": notes, "checked": [],
-                "release": release, "manifest": manifest}
+                "release": release, "manifest": manifest, "content": content}
 
     preview = __salt__["state.sls"]("epilog", test=True)  # noqa: F821 - a Salt dunder
     if not isinstance(preview, dict):
@@ -1093,11 +1211,16 @@ def verify(expect=None):
             continue
         for name in names:
             path = os.path.join(site_dir, name)
+            if not re.fullmatch(r"[0-9]{2}-[A-Za-z0-9_-]+", name):
+                continue
             try:
-                st = os.stat(path)
+                st = os.lstat(path)
             except OSError:
                 continue
-            if stat.S_ISREG(st.st_mode) and st.st_mode & 0o111 and (st.st_uid != 0 or st.st_mode & 0o022):
+            if stat.S_ISLNK(st.st_mode):
+                problems.append(f"{path} is a symlink: the runner runs only regular files of root's as site parts "
+                                "(what a link points to may sit where another account can write); it skips it")
+            elif stat.S_ISREG(st.st_mode) and st.st_mode & 0o111 and (st.st_uid != 0 or st.st_mode & 0o022):
                 problems.append(f"{path} is run by root at every job end, but it is owned by uid {st.st_uid} or "
                                 f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}): that account "
                                 "runs code as root; the runner skips it")
@@ -1129,12 +1252,21 @@ def verify(expect=None):
         notes.append(f"{settings['slurmd_spool_dir']} (epilog:slurmd_spool_dir) is not a directory only root can "
                      "write (Debian's /var/lib/slurm/slurmd belongs to slurm): the last-job check skips its step "
                      "sockets and asks pgrep, then squeue")
-    problems.extend(_chain_time_problems(settings, conf_found=_slurm_conf_epilog(settings)[1]))
-
-    conf, found = _slurm_conf_epilog(settings)
+    conf, found, conf_problems, how = _slurm_conf_epilog(settings)
+    problems.extend(_chain_time_problems(settings, conf_found=found))
     epilog_sh = os.path.join(settings["slurm_config_dir"], "epilog.sh")
+    problems.extend(conf_problems)
     if conf is None:
-        notes.append("slurm.conf is not readable here; Epilog= not checked")
+        problems.append("no slurm.conf found here ($SLURM_CONF, slurm_config_dir, /etc/slurm, slurmd's, the "
+                        "configless cache): Epilog= cannot be checked")
+    elif how == "configless":
+        problems.append(f"this node runs configless: {conf} is slurmd's cache of the controller's slurm.conf; check "
+                        "Epilog=/Prolog= in the controller's")
+    if conf is None:
+        pass
+    elif len(set(found["_epilogs"])) > 1:
+        problems.append(f"{conf} gives Epilog= {len(found['_epilogs'])} times ({', '.join(found['_epilogs'])}): "
+                        f"Slurm before 24.05 runs only the last, later ones run each (want only Epilog={epilog_sh})")
     elif "epilog" not in found:
         problems.append(f"{conf} has no Epilog=: the chain never runs (want Epilog={epilog_sh})")
     elif found["epilog"].endswith("*"):
@@ -1155,7 +1287,8 @@ def verify(expect=None):
                             f"{settings['slurmd_spool_dir']}")
 
     return {"result": not problems, "problems": problems, "notes": notes,
-            "checked": sorted([item["path"] for item in files] + dirs), "release": release, "manifest": manifest}
+            "checked": sorted([item["path"] for item in files] + dirs), "release": release, "manifest": manifest,
+            "content": content}
 
 
 def _readlink(path):

@@ -10,27 +10,22 @@
 {%- import_yaml tplroot ~ "/layout.yaml" as layout %}
 {%- set confdir = epilog.slurm_config_dir %}
 
-{#- Removing epilog.sh while slurm.conf's Epilog= still names it would drain
-    the node at its next job end: refuse until slurm.conf no longer does. #}
-{%- set still_wired = [] %}
-{%- for conf in [confdir ~ '/slurm.conf', '/etc/slurm/slurm.conf'] | unique %}
-{%-   if salt['file.file_exists'](conf) %}
-{%-     set text = salt['file.read'](conf) %}
-{%-     for script in ['epilog.sh', 'prolog.sh'] %}
-{%-       if text | regex_search('(?mi)^[^#\n]*(epilog|prolog)[ \t]*=[ \t]*' ~ ((confdir ~ '/' ~ script) | regex_escape) ~ '([ \t#]|$)') %}
-{%-         do still_wired.append(conf ~ ' names ' ~ confdir ~ '/' ~ script) %}
-{%-       endif %}
-{%-     endfor %}
-{%-   endif %}
-{%- endfor %}
+{#- Removing epilog.sh while a slurm.conf still names it would drain the
+    node at its next job end: refuse until no slurm.conf of this node names
+    anything under slurm_config_dir in Epilog= or Prolog=, read as Slurm
+    reads it (epilog.chain_wired: Include, quotes, any case, $SLURM_CONF,
+    slurmd's own, the configless cache), and refuse as well when that cannot
+    be established (no slurm.conf, an unreadable one or Include). #}
+{%- set wired = salt['epilog.chain_wired'](confdir) %}
+{%- set refusal = wired.wired + wired.unknown %}
 
 epilog-clean-slurm-conf-no-longer-wired-test:
-{%- if still_wired %}
+{%- if refusal %}
   test.fail_without_changes:
-    - name: {{ ('refusing to remove the chain: ' ~ (still_wired | join('; ')) ~ '. Remove Epilog=/Prolog= from slurm.conf and run scontrol reconfigure first, or slurmd drains the node at its next job end') | json }}
+    - name: {{ ('refusing to remove the chain: ' ~ (refusal | join('; ')) ~ '. Remove Epilog=/Prolog= from slurm.conf and run scontrol reconfigure first, or slurmd drains the node at its next job end') | json }}
 {%- else %}
   test.succeed_without_changes:
-    - name: slurm.conf does not name the chain
+    - name: {{ ('no slurm.conf names the chain (read: ' ~ (wired.read | join(', ')) ~ ')') | json }}
 {%- endif %}
 
 {%- set removed = [] %}

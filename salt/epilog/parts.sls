@@ -5,15 +5,21 @@
     files), records its sha256 manifest and makes it current with one rename.
     slurm.conf's Epilog=/Prolog= name the symlinks epilog.sh and prolog.sh,
     which never change; a job end keeps the release it started with.
-    The id is a hash of everything the render depends on: the settings, the
-    formula's sources and the Salt version. The same pillar and formula give
-    the same release, and applying it again changes nothing. #}
+    The id is a hash of everything the render depends on: the settings and
+    the formula's templates (not release.py, which is not in a release). The
+    same pillar and formula give the same release on every node, and
+    applying it again changes nothing: while it is current and matches its
+    manifest, none of its files is even rendered again (a Salt upgrade that
+    renders differently cannot rewrite the chain under a running job end). #}
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import epilog with context %}
 {%- set confdir = epilog.slurm_config_dir %}
 {%- import_yaml tplroot ~ "/layout.yaml" as layout %}
-{%- set inputs = [grains.saltversion, epilog | json] %}
-{%- set sources = salt['cp.list_master'](saltenv=saltenv, prefix=tplroot ~ '/files/') | sort %}
+{%- set inputs = [epilog | json] %}
+{%- set sources = [] %}
+{%- for path in salt['cp.list_master'](saltenv=saltenv, prefix=tplroot ~ '/files/') | sort %}
+{%-   if path.endswith('.jinja') %}{% do sources.append(path) %}{% endif %}
+{%- endfor %}
 {%- for path in sources + [tplroot ~ '/layout.yaml', tplroot ~ '/parts.sls', '_modules/epilog.py'] %}
 {%-   do inputs.append(path ~ ' ' ~ (salt['cp.hash_file']('salt://' ~ path, saltenv=saltenv) or {}).get('hsum', 'missing')) %}
 {%- endfor %}
@@ -23,6 +29,7 @@
 {%- set tool = '/usr/bin/python3 -I -B ' ~ ((releases ~ '/release.py') | quote) ~ ' --root ' ~ (confdir | quote) %}
 {%- set entries = [] %}
 {%- for name in layout.entries %}{% do entries.append('--entry ' ~ name) %}{% endfor %}
+{%- set is_current = tool ~ ' is-current ' ~ release ~ ' ' ~ (entries | join(' ')) %}
 
 include:
   - {{ tplroot }}.config
@@ -82,6 +89,7 @@ epilog-release-sweep-module-file-managed:
     - group: root
     - mode: '0644'
     - backup: minion
+    - unless: {{ is_current | json }}
     - check_cmd: /usr/bin/python3 -I -B -c "import sys; compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')"
     - require:
       - pkg: epilog-parts-tools-pkg-installed
@@ -99,6 +107,7 @@ epilog-release-localusers-backup-file-managed:
     - group: root
     - mode: '0600'
     - backup: minion
+    - unless: {{ is_current | json }}
     - require:
       - file: epilog-release-file-directory
 
@@ -122,6 +131,7 @@ epilog-{{ script.id }}-file-managed:
     - group: root
     - mode: '0755'
     - backup: minion
+    - unless: {{ is_current | json }}
     - check_cmd: /bin/bash -n
     - require:
       - file: epilog-release-{{ script.stage }}-d-file-directory
@@ -138,7 +148,7 @@ epilog-release-switch-cmd-run:
 {%- for script in layout.scripts %} --expect {{ script.path }}:755{% endfor %}
 {%- for file in layout.release_data %} --expect {{ file.path }}:{{ file.mode[1:] }}{% endfor %}
         {{ entries | join(' ') }} --keep {{ epilog.keep_releases | int }} --grace {{ epilog.chain_timeout | int + 60 }}
-    - unless: {{ tool }} is-current {{ release }} {{ entries | join(' ') }}
+    - unless: {{ is_current | json }}
     - require:
       - file: epilog-release-tool-file-managed
       - file: epilog-config-ssh-allow-lock-file-managed
@@ -148,11 +158,17 @@ epilog-release-switch-cmd-run:
       - file: epilog-{{ script.id }}-file-managed
 {%- endfor %}
 
+{#- What earlier versions laid down in place goes once no job end can still
+    be running them: when the last switch is older than the chain's
+    deadline (a later apply removes them; until then the runner ignores a
+    site part named as one of the formula's). #}
+{%- set settled = '[ -n "$(find ' ~ ((releases ~ '/history') | quote) ~ ' -mmin +' ~ ((epilog.chain_timeout + 119) // 60) ~ ' 2>/dev/null)" ]' %}
 {%- for file in layout.retired %}
 
 epilog-{{ file.id }}-retired-file-absent:
   file.absent:
     - name: {{ (confdir ~ '/' ~ file.path) | json }}
+    - onlyif: {{ settled | json }}
     - require:
       - cmd: epilog-release-switch-cmd-run
 {%- endfor %}

@@ -579,12 +579,17 @@ def test_a_site_part_another_account_can_write_never_runs_as_root(own_chain, tmp
     os.chmod(target, 0o755)
     os.chown(target, slurm_uid, 0)
     (c.conf_dir / "epilog.d/13-link-to-slurms").symlink_to(target)
+    # a symlink even to root's own file: what it points to may be swapped
+    root_target = tmp_path / "root-target"
+    root_target.write_text(f"#!/bin/bash\ntouch {ran}/through-roots-link\n")
+    os.chmod(root_target, 0o755)
+    (c.conf_dir / "epilog.d/14-link-to-roots").symlink_to(root_target)
     ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("je.kim", SLURM_CONF="/nonexistent/slurm.conf"))
     assert ret.returncode == 0
     assert sorted(p.name for p in ran.iterdir()) == ["ok"]
     log = c.log_text()
-    for name in ("11-group-writable", "12-slurm-owned", "13-link-to-slurms"):
-        assert f"skipping {name}: " in log and "not root's or is writable by group or others" in log, name
+    for name in ("11-group-writable", "12-slurm-owned", "13-link-to-slurms", "14-link-to-roots"):
+        assert f"skipping {name}: " in log and "a symlink, not root's or writable by group or others" in log, name
     # the same parts, with the directory itself writable by slurm: none runs
     shutil.chown(c.conf_dir / "epilog.d", "slurm")
     try:

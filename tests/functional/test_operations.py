@@ -37,6 +37,11 @@ class Node:
     def apply(self, sls="epilog", *args):
         ret = self.call("state.apply", sls, *args)
         assert ret.returncode == 0, ret
+        # slurm.conf as the chain wants it, unless a test wrote its own
+        conf = self.conf_dir / "slurm.conf"
+        if sls == "epilog" and "test=True" not in args and not conf.exists():
+            conf.write_text(f"ClusterName=x\nEpilog={self.conf_dir}/epilog.sh\nProlog={self.conf_dir}/prolog.sh\n"
+                            f"PrologFlags=Alloc,Contain\nSlurmdSpoolDir={self.base}/spool\n")
         return ret
 
     def run(self, fun, *args):
@@ -73,8 +78,11 @@ def test_verify_passes_on_a_fresh_apply_and_changes_nothing(node):
                 for line in (node.release / "MANIFEST.sha256").read_text().splitlines()}
     assert report["manifest"] == manifest and "epilog.d/40-lastuserjob-processes" in manifest
     assert node.run("verify", f"expect={node.release.name}")["result"] is True
+    # the content digest answers too: equal on every node with equal files
+    assert report["content"] and node.run("verify", f"expect={report['content']}")["result"] is True
     wrong = node.run("verify", "expect=0123456789ab")
-    assert f"the current release is {node.release.name}, not the expected 0123456789ab" in wrong["problems"]
+    assert (f"the current release is {node.release.name} (content {report['content']}), not the expected "
+            "0123456789ab") in wrong["problems"]
     assert node.snapshot() == before
 
 
@@ -244,6 +252,7 @@ def test_rollback_never_crosses_a_clean_or_the_minion_cache(node):
     node.apply()
     assert node.call("saltutil.clear_cache").returncode == 0
     assert node.run("rollback", "test=True")["to"] == first
+    (node.conf_dir / "slurm.conf").write_text("ClusterName=x\n")
     node.apply("epilog.clean")
     assert not (node.conf_dir / "epilog-releases").exists()
     node.set_pillar(part_timeout=30)
@@ -265,8 +274,13 @@ def test_rollback_refuses_a_previous_release_that_changed_since_it_was_made(node
     assert report["result"] is False and report["switched"] is False, report
     assert f"{part} changed since the release was made" in report["comment"], report
     assert node.release == second
-    (first / "epilog.d/45-stale-x-display").unlink()
     part.write_text(part.read_text().replace("\n# edited\n", ""))
+    os.chmod(first / "epilog.sh", 0o644)  # slurmd could not run it: the node would drain
+    report = node.run("rollback")
+    assert report["result"] is False and f"{first}/epilog.sh has mode 0644, not the release's 0755" in report["comment"]
+    assert node.release == second
+    os.chmod(first / "epilog.sh", 0o755)
+    (first / "epilog.d/45-stale-x-display").unlink()
     report = node.run("rollback")
     assert report["result"] is False and f"{first}/epilog.d/45-stale-x-display is missing" in report["comment"], report
     assert node.release == second
@@ -357,3 +371,19 @@ def test_verify_names_what_root_would_run_that_another_account_can_write(node):
     finally:
         os.chmod(node.conf_dir, 0o755)
     assert f"{node.conf_dir} (epilog:slurm_config_dir) or one of its ancestors is" in problems
+
+
+def test_an_apply_repairs_the_current_release_and_clears_leftovers(node):
+    """A file left in the current release (Salt's temporary copy after a
+    crash, say) or a hand edit makes verify fail; the next apply puts the
+    release back as its manifest says, without a new release."""
+    node.apply()
+    release = node.release
+    leftover = release / "epilog.d/40-lastuserjob-processesa8Xk2q"
+    leftover.write_text("half a copy")
+    os.chmod(leftover, 0o600)
+    problems = node.run("verify")["problems"]
+    assert f"{leftover} is not in the release's manifest" in problems, problems
+    node.apply()
+    assert node.release == release and not leftover.exists()
+    assert node.run("verify")["result"] is True

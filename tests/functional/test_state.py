@@ -269,6 +269,14 @@ def test_upgrade_from_the_in_place_layout_keeps_site_parts_and_no_old_copy(salt_
     assert ret.returncode == 0, ret
     for name in LAYOUT["entries"]:
         assert os.readlink(c.conf_dir / name) == f"epilog-releases/current/{name}"
+    # the old copies stay while a job end of the old chain may still run
+    # them (the new runner never runs a site part named as its own) ...
+    assert (c.conf_dir / "epilog.d/40-lastuserjob-processes").is_file()
+    # ... and go at the first apply once the switch is older than that
+    history = c.conf_dir / "epilog-releases/history"
+    os.utime(history, (history.stat().st_atime - 600, history.stat().st_mtime - 600))
+    ret = salt_call("state.apply", "epilog", pillar=c.pillar())
+    assert ret.returncode == 0, ret
     assert sorted(p.name for p in (c.conf_dir / "epilog.d").iterdir()) == ["30-site-part"]
     assert not list((c.conf_dir / "prolog.d").iterdir())
     assert not (c.conf_dir / "epilog_sweep.py").exists()

@@ -95,7 +95,8 @@ def test_2_batched_apply_lays_down_every_node(fleet):
     assert ret.returncode == 0, ret
     for minion in MINIONS:
         assert (fleet.conf_dir(minion) / "epilog-releases/current/epilog.d/39-lastuserjob-ssh").is_file(), minion
-        assert (fleet.conf_dir(minion) / "epilog_sweep.py").read_bytes() == (REPO / "_modules/epilog.py").read_bytes()
+        assert ((fleet.conf_dir(minion) / "epilog-releases/current/epilog_sweep.py").read_bytes()
+                == (REPO / "_modules/epilog.py").read_bytes())
 
 
 def test_3_second_apply_changes_nothing(fleet):
@@ -109,22 +110,23 @@ def test_3_second_apply_changes_nothing(fleet):
     assert batched.returncode == 0, batched
 
 
-def test_4_pillar_change_for_one_node_lands_there_only_with_a_backup(fleet):
+def test_4_pillar_change_for_one_node_lands_there_only_as_a_new_release(fleet):
     before = {m: (fleet.conf_dir(m) / "localusers.backup").read_text() for m in MINIONS}
+    releases = {m: os.readlink(fleet.conf_dir(m) / "epilog-releases/current") for m in MINIONS}
     fleet.write_pillar("slurm-work-02", localusers=("root", "je.kim", "s.shin"))
     assert fleet.run("saltutil.refresh_pillar", "wait=True").returncode == 0
     ret = fleet.run("state.apply", "epilog")
     assert ret.returncode == 0, ret
-    assert changed(ret.data["slurm-work-02"]) == {"epilog-config-localusers-backup-file-managed"}
+    assert "epilog-release-switch-cmd-run" in changed(ret.data["slurm-work-02"])
     assert changed(ret.data["slurm-work-01"]) == set() and changed(ret.data["slurm-work-03"]) == set()
     assert (fleet.conf_dir("slurm-work-02") / "localusers.backup").read_text() == "root\nje.kim\ns.shin\n"
     for minion in ("slurm-work-01", "slurm-work-03"):
         assert (fleet.conf_dir(minion) / "localusers.backup").read_text() == before[minion]
-    backups = fleet.run("file.list_backups", str(fleet.conf_dir("slurm-work-02") / "localusers.backup"),
-                        tgt="slurm-work-02")
-    assert backups.returncode == 0 and backups.data, backups
-    newest = backups.data[min(backups.data, key=int)]
-    assert Path(newest["Location"]).read_text() == before["slurm-work-02"]
+        assert os.readlink(fleet.conf_dir(minion) / "epilog-releases/current") == releases[minion]
+    # the old release stays whole beside the new one: what a rollback returns to
+    node = fleet.conf_dir("slurm-work-02") / "epilog-releases"
+    assert os.readlink(node / "previous") == releases["slurm-work-02"] != os.readlink(node / "current")
+    assert (node / releases["slurm-work-02"] / "localusers.backup").read_text() == before["slurm-work-02"]
 
 
 def test_5_sweep_and_verify_answer_from_every_node(fleet):
@@ -134,7 +136,13 @@ def test_5_sweep_and_verify_answer_from_every_node(fleet):
     assert sorted(ret.data) == MINIONS
     for minion in MINIONS:
         assert ret.data[minion]["test"] is True and ret.data[minion]["removed"] == []
+    for minion in MINIONS:
+        node = fleet.base / minion
+        (node / "slurm/slurm.conf").write_text(
+            f"Epilog={node}/slurm/epilog.sh\nProlog={node}/slurm/prolog.sh\nPrologFlags=Alloc,Contain\n"
+            f"SlurmdSpoolDir={node}/spool\n")
     ret = fleet.run("epilog.verify")
     assert sorted(ret.data) == MINIONS, ret
     for minion in MINIONS:
         assert ret.data[minion]["result"] is True, (minion, ret.data[minion]["problems"])
+        assert ret.data[minion]["release"] == os.readlink(fleet.conf_dir(minion) / "epilog-releases/current")

@@ -36,6 +36,7 @@ import time
 
 RELEASES = "epilog-releases"
 MANIFEST = "MANIFEST.sha256"
+MODES = "MANIFEST.modes"
 HISTORY = "history"
 ENTRIES = "entries"
 ID = re.compile(r"[0-9a-f]{12}\Z")
@@ -60,8 +61,8 @@ def _readlink(path):
         return None
 
 
-def _fsync_dir(path):
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def _fsync(path, directory=False):
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else os.O_NOFOLLOW))
     try:
         os.fsync(fd)
     finally:
@@ -85,11 +86,20 @@ class Releases:
         return target if target and ID.match(target) else None
 
     def previous(self):
+        """The release before the current one: the `previous` link, or, when
+        that is missing or the current one itself (a crash between the two
+        renames of a switch), the history's last other release."""
+        current = self.current()
         target = _readlink(os.path.join(self.dir, "previous"))
-        return target if target and ID.match(target) else None
+        if target and ID.match(target) and target != current:
+            return target
+        for _, _, rid in reversed(self.history()):
+            if rid != current:
+                return rid
+        return None
 
     def files(self, rid):
-        """{relative path: lstat} of release RID's files, MANIFEST aside.
+        """{relative path: lstat} of release RID's files, its manifest aside.
         Anything but root's regular files and directories that nobody else
         can write is refused: root runs these."""
         top = os.path.join(self.dir, rid)
@@ -107,7 +117,7 @@ class Releases:
                 if stat.S_ISDIR(st.st_mode):
                     pending.append(path)
                 elif stat.S_ISREG(st.st_mode):
-                    if path != MANIFEST:
+                    if path not in (MANIFEST, MODES):
                         found[path] = st
                 else:
                     raise Refused("%s/%s is not a regular file or a directory" % (top, path))
@@ -122,44 +132,57 @@ class Releases:
                 out[rel] = hashlib.sha256(handle.read()).hexdigest()
         return out
 
-    def manifest(self, rid):
-        """The recorded {path: sha256} of RID, or None when it has none."""
-        path = os.path.join(self.dir, rid, MANIFEST)
+    def _read_lines(self, rid, name, pattern):
+        path = os.path.join(self.dir, rid, name)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
             return None
-        with os.fdopen(fd, encoding="utf-8") as handle:
+        with os.fdopen(fd, encoding="utf-8", errors="replace") as handle:
             text = handle.read()
         out = {}
         for line in text.splitlines():
-            digest, sep, rel = line.partition("  ")
-            if not sep or not re.match(r"[0-9a-f]{64}\Z", digest):
+            value, sep, rel = line.partition("  ")
+            if not sep or not re.match(pattern, value):
                 raise Refused("%s: unreadable line %r" % (path, line))
-            out[rel] = digest
+            out[rel] = value
         return out
+
+    def manifest(self, rid):
+        """The recorded {path: sha256} of RID, or None when it has none."""
+        return self._read_lines(rid, MANIFEST, r"[0-9a-f]{64}\Z")
+
+    def modes(self, rid):
+        """The recorded {path: mode} of RID, or None."""
+        found = self._read_lines(rid, MODES, r"0[0-7]{3}\Z")
+        return None if found is None else {rel: int(mode, 8) for rel, mode in found.items()}
 
     def drift(self, rid):
         """How RID's files differ from its manifest: a list of sentences."""
-        recorded = self.manifest(rid)
-        if recorded is None:
-            return ["release %s has no manifest %s" % (rid, MANIFEST)]
-        now = self.hashes(rid, self.files(rid))
+        recorded, modes = self.manifest(rid), self.modes(rid)
+        if recorded is None or modes is None:
+            return ["release %s has no manifest %s/%s" % (rid, MANIFEST, MODES)]
+        files = self.files(rid)
+        now = self.hashes(rid, files)
         out = []
         for rel in sorted(set(recorded) | set(now)):
+            path = "%s/%s/%s" % (self.dir, rid, rel)
             if rel not in now:
-                out.append("%s/%s/%s is missing" % (self.dir, rid, rel))
+                out.append("%s is missing" % path)
             elif rel not in recorded:
-                out.append("%s/%s/%s is not in the release's manifest" % (self.dir, rid, rel))
+                out.append("%s is not in the release's manifest" % path)
             elif now[rel] != recorded[rel]:
-                out.append("%s/%s/%s changed since the release was made (sha256 %s, manifest %s)"
-                           % (self.dir, rid, rel, now[rel], recorded[rel]))
+                out.append("%s changed since the release was made (sha256 %s, manifest %s)"
+                           % (path, now[rel], recorded[rel]))
+            elif stat.S_IMODE(files[rel].st_mode) != modes.get(rel):
+                out.append("%s has mode %04o, not the release's %04o"
+                           % (path, stat.S_IMODE(files[rel].st_mode), modes.get(rel, 0)))
         return out
 
     def history(self):
         out = []
         try:
-            with open(os.path.join(self.dir, HISTORY), encoding="utf-8") as handle:
+            with open(os.path.join(self.dir, HISTORY), encoding="utf-8", errors="replace") as handle:
                 for line in handle:
                     fields = line.split()
                     if len(fields) == 3 and fields[0].isdigit() and ID.match(fields[2]):
@@ -167,6 +190,14 @@ class Releases:
         except OSError:
             pass
         return out
+
+    def entries(self):
+        """The entry symlinks the last activation laid down."""
+        try:
+            with open(os.path.join(self.dir, ENTRIES), encoding="utf-8", errors="replace") as handle:
+                return [line.strip() for line in handle if re.match(r"[A-Za-z0-9._-]+\Z", line.strip())]
+        except OSError:
+            return []
 
     def entries_wrong(self, entries):
         out = []
@@ -177,23 +208,31 @@ class Releases:
         return out
 
     # -- checking ------------------------------------------------------------
-    def check(self, rid, expect=None):
-        """Check release RID as root would run it; returns its hashes.
-        EXPECT ({path: mode}): exactly these files, with these modes."""
+    def check(self, rid, expect=None, entries=()):
+        """Check release RID as root would run it; returns its hashes and
+        modes. EXPECT ({path: mode}): exactly these files, with these modes
+        (a new release); without it, the manifest and modes it was made with.
+        Every entry must be a file of the release."""
         if not ID.match(rid):
             raise Refused("%r is not a release id" % rid)
         files = self.files(rid)
-        if expect is not None:
-            for rel, mode in sorted(expect.items()):
-                if rel not in files:
-                    raise Refused("%s/%s/%s is missing" % (self.dir, rid, rel))
-                if stat.S_IMODE(files[rel].st_mode) != mode:
-                    raise Refused("%s/%s/%s has mode %04o, not %04o"
-                                  % (self.dir, rid, rel, stat.S_IMODE(files[rel].st_mode), mode))
-            extra = sorted(set(files) - set(expect))
-            if extra:
-                raise Refused("%s/%s holds files the release does not: %s" % (self.dir, rid, ", ".join(extra)))
+        if expect is None:
+            drift = self.drift(rid)
+            if drift:
+                raise Refused("release %s changed since it was made: %s" % (rid, "; ".join(drift)))
+            expect = self.modes(rid)
+        for rel, mode in sorted(expect.items()):
+            if rel not in files:
+                raise Refused("%s/%s/%s is missing" % (self.dir, rid, rel))
+            if stat.S_IMODE(files[rel].st_mode) != mode:
+                raise Refused("%s/%s/%s has mode %04o, not %04o"
+                              % (self.dir, rid, rel, stat.S_IMODE(files[rel].st_mode), mode))
+        for name in entries:
+            if name not in files:
+                raise Refused("%s/%s/%s is missing: %s/%s would point nowhere" % (self.dir, rid, name, self.root, name))
         for rel, st in sorted(files.items()):
+            if rel not in expect:
+                continue
             path = os.path.join(self.dir, rid, rel)
             if st.st_mode & 0o100:
                 with open(path, "rb") as handle:
@@ -209,13 +248,7 @@ class Releases:
                         compile(handle.read(), path, "exec")
                     except (SyntaxError, ValueError) as exc:
                         raise Refused("%s does not compile: %s" % (path, exc))
-        hashes = self.hashes(rid, files)
-        recorded = self.manifest(rid)
-        if recorded is not None and recorded != hashes:
-            raise Refused("release %s changed since it was made: %s" % (rid, "; ".join(self.drift(rid))))
-        if expect is None and recorded is None:
-            raise Refused("release %s has no manifest: it was never made current" % rid)
-        return hashes, recorded is None
+        return {rel: digest for rel, digest in self.hashes(rid, files).items() if rel in expect}, expect
 
     # -- changing ------------------------------------------------------------
     def _link(self, directory, name, target):
@@ -234,44 +267,54 @@ class Releases:
             pass
         os.symlink(target, tmp)
         os.rename(tmp, path)
-        _fsync_dir(directory)
+        _fsync(directory, directory=True)
         return True
 
-    def _write_manifest(self, rid, hashes):
-        path = os.path.join(self.dir, rid, MANIFEST)
-        tmp = path + ".%d.tmp" % os.getpid()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    def _write(self, directory, name, text):
+        """Replace DIRECTORY/NAME with TEXT in one rename, on disk first."""
+        path = os.path.join(directory, name)
+        tmp = os.path.join(directory, ".%s.%d.tmp" % (name, os.getpid()))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write("".join("%s  %s\n" % (digest, rel) for rel, digest in sorted(hashes.items())))
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.rename(tmp, path)
 
-    def _write(self, name, text):
-        """Replace releases/NAME with TEXT in one rename."""
-        path = os.path.join(self.dir, name)
-        tmp = path + ".%d.tmp" % os.getpid()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.rename(tmp, path)
+    def make(self, rid, hashes, modes):
+        """Record RID's manifest, once every file of it is on disk (a power
+        cut after the switch must not leave a current release of empty
+        files)."""
+        top = os.path.join(self.dir, rid)
+        for rel in hashes:
+            _fsync(os.path.join(top, rel))
+        for dirpath, _, _ in os.walk(top):
+            _fsync(dirpath, directory=True)
+        self._write(top, MODES, "".join("%04o  %s\n" % (modes[rel], rel) for rel in sorted(modes)))
+        self._write(top, MANIFEST, "".join("%s  %s\n" % (hashes[rel], rel) for rel in sorted(hashes)))
+        _fsync(top, directory=True)
+
+    def tidy(self, rid, keep):
+        """Remove what a crashed or interrupted lay-down left in RID beside
+        the files KEEP (Salt's temporary copies, our own .tmp files): root's
+        own leftovers in a root-only directory, never run."""
+        top = os.path.join(self.dir, rid)
+        removed = []
+        for rel in sorted(self.files(rid)):
+            if rel not in keep:
+                os.unlink(os.path.join(top, rel))
+                removed.append(rel)
+        return removed
 
     def _record(self, action, rid):
         lines = ["%d %s %s" % (when, what, which) for when, what, which in self.history()]
         lines.append("%d %s %s" % (int(time.time()), action, rid))
-        self._write(HISTORY, "\n".join(lines[-HISTORY_LINES:]) + "\n")
-
-    def entries(self):
-        """The entry symlinks the last activation laid down."""
-        try:
-            with open(os.path.join(self.dir, ENTRIES), encoding="utf-8") as handle:
-                return [line.strip() for line in handle if re.match(r"[A-Za-z0-9._-]+\Z", line.strip())]
-        except OSError:
-            return []
+        self._write(self.dir, HISTORY, "\n".join(lines[-HISTORY_LINES:]) + "\n")
 
     def switch(self, rid, action):
         """Make RID current (the current one becomes previous); returns how
-        long the switch of `current` itself took, in seconds."""
+        long the switch of `current` itself took, in seconds, or None when
+        RID was current already."""
         old = self.current()
         if old == rid:
             return None
@@ -312,61 +355,78 @@ class Releases:
                 continue
             trash = os.path.join(self.dir, ".%s.%d.pruned" % (name, os.getpid()))
             os.rename(os.path.join(self.dir, name), trash)
-            shutil.rmtree(trash, ignore_errors=True)
             pruned.append(name)
+        # what this or an interrupted earlier prune set aside
+        for name in os.listdir(self.dir):
+            if name.endswith(".pruned") and name.startswith("."):
+                shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)
         return pruned
 
 
 def _lock(releases):
+    _root_dir(releases.dir, "the releases directory")
     fd = os.open(os.path.join(releases.dir, ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     return fd
 
 
 def activate(releases, rid, expect, entries, keep, grace):
-    _root_dir(releases.dir, "the releases directory")
+    report = {"result": False, "release": rid, "switched": False}
     lock = _lock(releases)
     try:
-        hashes, new = releases.check(rid, expect)
-        if new:
-            releases._write_manifest(rid, hashes)
+        made = releases.manifest(rid) is not None
+        report["tidied"] = releases.tidy(rid, set(expect))
+        if made:
+            hashes, modes = releases.check(rid, entries=entries)
+        else:
+            hashes, modes = releases.check(rid, expect, entries=entries)
+            releases.make(rid, hashes, modes)
         old = releases.current()
         took = releases.switch(rid, "deploy")
-        changed = [name for name in entries if releases._link(releases.root, name, RELEASES + "/current/" + name)]
-        releases._write(ENTRIES, "".join(name + "\n" for name in entries))
-        pruned = releases.prune(keep, grace)
+        report.update(switched=took is not None, previous=old if took is not None else releases.previous(),
+                      manifest=hashes)
+        if took is not None:
+            report["switch_seconds"] = took
+        report["entries_changed"] = [name for name in entries
+                                     if releases._link(releases.root, name, RELEASES + "/current/" + name)]
+        releases._write(releases.dir, ENTRIES, "".join(name + "\n" for name in entries))
+        report["pruned"] = releases.prune(keep, grace)
+    except (Refused, OSError, ValueError) as exc:
+        report["comment"] = str(exc) if not report["switched"] else \
+            "switched to %s, then: %s" % (rid, exc)
+        return report
     finally:
         os.close(lock)
-    report = {"result": True, "release": rid, "previous": old if took is not None else releases.previous(),
-              "switched": took is not None, "entries_changed": changed, "pruned": pruned,
-              "manifest": hashes}
-    if took is not None:
-        report["switch_seconds"] = took
+    report["result"] = True
     return report
 
 
 def is_current(releases, rid, entries):
     return (releases.current() == rid and not releases.entries_wrong(entries)
-            and releases.manifest(rid) is not None and not releases.drift(rid))
+            and not releases.drift(rid))
 
 
 def rollback(releases, test):
-    current, previous = releases.current(), releases.previous()
-    report = {"result": False, "test": test, "release": current, "to": None, "switched": False}
-    if current is None:
-        report["comment"] = "no release is current on this node (%s/current): nothing to roll back" % releases.dir
-        return report
-    if previous is None or previous == current or not os.path.isdir(os.path.join(releases.dir, previous)):
-        report["comment"] = "no release before %s on this node: nothing to roll back to; nothing changed" % current
-        return report
+    report = {"result": False, "test": test, "release": None, "to": None, "switched": False}
     lock = None if test else _lock(releases)
     try:
-        releases.check(previous)
-        report["to"] = previous
+        current, previous = releases.current(), releases.previous()
+        report.update(release=current, to=previous)
+        if current is None:
+            report["comment"] = "no release is current on this node (%s/current): nothing to roll back" % releases.dir
+            return report
+        if previous is None or not os.path.isdir(os.path.join(releases.dir, previous)):
+            report.update(to=None, comment="no release before %s on this node: nothing to roll back to; nothing "
+                                           "changed" % current)
+            return report
+        releases.check(previous, entries=releases.entries())
         if test:
             report.update(result=True, comment="would switch from release %s to %s" % (current, previous))
             return report
         took = releases.switch(previous, "rollback")
+    except (Refused, OSError, ValueError) as exc:
+        report["comment"] = "%s; nothing changed" % exc
+        return report
     finally:
         if lock is not None:
             os.close(lock)
@@ -385,8 +445,13 @@ def status(releases, entries):
         return report
     try:
         report["manifest"] = releases.manifest(current)
+        if report["manifest"] is not None:
+            # one digest of the whole content: equal on every node whose
+            # files are equal, whatever the id
+            report["content"] = hashlib.sha256("".join(
+                "%s  %s\n" % (digest, rel) for rel, digest in sorted(report["manifest"].items())).encode()).hexdigest()
         report["problems"].extend(releases.drift(current))
-    except (Refused, OSError) as exc:
+    except (Refused, OSError, ValueError) as exc:
         report["problems"].append(str(exc))
     report["problems"].extend(releases.entries_wrong(entries))
     return report
@@ -421,7 +486,7 @@ def main(argv=None):
         elif args.command == "is-current":
             try:
                 return 0 if is_current(releases, args.release, args.entry) else 1
-            except (Refused, OSError):
+            except (Refused, OSError, ValueError):
                 return 1
         elif args.command == "rollback":
             report = rollback(releases, args.test)
@@ -429,8 +494,8 @@ def main(argv=None):
             report = status(releases, args.entry or releases.entries())
         else:
             parser.error("a command is required")
-    except (Refused, OSError) as exc:
-        report = {"result": False, "switched": False, "comment": str(exc)}
+    except Exception as exc:  # one JSON answer, whatever went wrong  # pylint: disable=broad-except
+        report = {"result": False, "switched": False, "comment": "%s: %s" % (type(exc).__name__, exc)}
     json.dump(report, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     return 0 if report.get("result", True) else 1
