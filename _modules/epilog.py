@@ -937,13 +937,23 @@ def parse_slurm_conf(path, _depth=0):
     import glob  # pylint: disable=import-outside-toplevel
     values, files, problems = {}, [], []
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
+        # never blocks on a FIFO, never reads a device or more than 4 MiB
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return values, files, [f"{path} is not a regular file"]
+            data = os.read(fd, 4 << 20)
+        finally:
+            os.close(fd)
     except OSError as exc:
         return values, files, [f"{path} cannot be read: {exc.strerror}"]
     files.append(path)
+    # a trailing backslash continues the line, as Slurm joins them
+    text = re.sub(r"\\\n", "", data.decode("utf-8", "replace"))
     for raw in text.splitlines():
-        line = re.sub(r"(?<!\\)#.*", "", raw).replace("\\#", "#")
+        # '#' starts a comment unless escaped; then Slurm drops every
+        # backslash left (its escape character)
+        line = re.sub(r"(?<!\\)#.*", "", raw).replace("\\", "")
         include = _CONF_INCLUDE.match(line)
         if include:
             target = include.group(1).strip('"')
@@ -978,7 +988,8 @@ def _slurmd_conf_paths():
     out = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if os.path.basename(os.readlink(f"/proc/{pid}/exe")) != "slurmd" or os.stat(f"/proc/{pid}").st_uid != 0:
+            exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+            if exe not in ("slurmd", "slurmd (deleted)") or os.stat(f"/proc/{pid}").st_uid != 0:
                 continue
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 argv = handle.read().decode(errors="replace").split("\0")
@@ -987,10 +998,15 @@ def _slurmd_conf_paths():
                            if "=" in item)
         except OSError:
             continue
-        if "-f" in argv[:-1]:
-            out.append(argv[argv.index("-f") + 1])
-        elif env.get("SLURM_CONF"):
-            out.append(env["SLURM_CONF"])
+        conf = None
+        for i, arg in enumerate(argv):
+            if arg == "-f" and i + 1 < len(argv):
+                conf = argv[i + 1]
+            elif arg.startswith("-f") and len(arg) > 2:
+                conf = arg[2:]
+        conf = conf or env.get("SLURM_CONF")
+        if conf:
+            out.append(conf if os.path.isabs(conf) else os.path.join(f"/proc/{pid}/cwd", conf))
     return out
 
 
@@ -1042,6 +1058,7 @@ def chain_wired(slurm_config_dir=None):
     """
     settings = _settings()
     confdir = os.path.normpath(slurm_config_dir or settings["slurm_config_dir"])
+    real_confdir = os.path.realpath(confdir)
     report = {"known": True, "wired": [], "unknown": [], "read": []}
     confs = _slurm_confs(settings)
     if not confs:
@@ -1056,8 +1073,11 @@ def chain_wired(slurm_config_dir=None):
             report["unknown"].extend(problems)
         for key in ("epilog", "prolog"):
             for value in values.get(key, []):
-                target = os.path.normpath(value) if value else ""
-                if target == confdir or target.startswith(confdir + "/"):
+                # a relative value is Slurm's, in slurm.conf's directory; the
+                # path is compared resolved (//x, symlinked directories)
+                target = os.path.join(os.path.dirname(path), value)
+                resolved = os.path.realpath(target.split("*", 1)[0] or "/")
+                if any(resolved == d or resolved.startswith(d.rstrip("/") + "/") for d in (confdir, real_confdir)):
                     report["wired"].append(f"{path} names {value} ({key.capitalize()}=)")
     return report
 

@@ -116,6 +116,10 @@ epilog-release-localusers-backup-file-managed:
 {%-   for other in layout.scripts if other.path.startswith(script.stage ~ '.d/') %}
 {%-     do own_parts.append(other.path.split('/')[-1]) %}
 {%-   endfor %}
+{%-   set retired_parts = [] %}
+{%-   for other in layout.retired if other.path.startswith(script.stage ~ '.d/') %}
+{%-     do retired_parts.append(other.path.split('/')[-1]) %}
+{%-   endfor %}
 
 epilog-{{ script.id }}-file-managed:
   file.managed:
@@ -126,6 +130,7 @@ epilog-{{ script.id }}-file-managed:
         epilog: {{ epilog | json }}
         stage: {{ script.stage }}
         own_parts: {{ own_parts | json }}
+        retired_parts: {{ retired_parts | json }}
         release: {{ release }}
     - user: root
     - group: root

@@ -572,6 +572,8 @@ def test_a_site_part_another_account_can_write_never_runs_as_root(own_chain, tmp
     ran.mkdir()
     slurm_uid = pwd.getpwnam("slurm").pw_uid
     add_part(c, "10-site-ok", f"touch {ran}/ok")
+    # an old copy of a part an earlier version laid down in place: never a site's
+    add_part(c, "41-lastuserjob-ssh", f"touch {ran}/retired-41")
     add_part(c, "11-group-writable", f"touch {ran}/group-writable", mode=0o775)
     os.chown(add_part(c, "12-slurm-owned", f"touch {ran}/slurm-owned"), slurm_uid, 0)
     target = tmp_path / "slurm-owned-target"

@@ -59,11 +59,20 @@ def test_parser_names_an_include_it_cannot_read(tmp_path):
     "epilog = {conf}/epilog.sh\n",
     "Include extra.conf\n",
     "PROLOG={conf}/prolog.sh\n",
-], ids=["quoted", "lowercase-spaces", "include", "prolog-upper"])
+    "Epilog=epilog.sh\n",
+    "Epilog=/{conf}/epilog.sh\n",
+    "Epilog={link}/epilog.sh\n",
+    "Epilog={conf}/epi\\\nlog.sh\n",
+    "Epilog={conf}/epi\\log.sh\n",
+    "Epilog={conf}/epilog.d/*\n",
+], ids=["quoted", "lowercase-spaces", "include", "prolog-upper", "relative", "double-slash", "symlinked-dir",
+        "continued-line", "escaped", "glob"])
 def test_clean_refuses_while_any_form_names_the_chain(node, text):  # noqa: F811 - the fixture
     node.apply()
     conf = node.conf_dir / "slurm.conf"
-    conf.write_text("ClusterName=x\n" + text.replace("{conf}", str(node.conf_dir)))
+    link = node.base / "slurm-link"
+    link.symlink_to(node.conf_dir)
+    conf.write_text("ClusterName=x\n" + text.replace("{conf}", str(node.conf_dir)).replace("{link}", str(link)))
     (node.conf_dir / "extra.conf").write_text(f"Epilog={node.conf_dir}/epilog.sh\n")
     refused = node.call("state.apply", "epilog.clean")
     assert refused.returncode != 0 and "refusing to remove the chain" in refused.stdout, refused

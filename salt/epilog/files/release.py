@@ -94,7 +94,7 @@ class Releases:
         if target and ID.match(target) and target != current:
             return target
         for _, _, rid in reversed(self.history()):
-            if rid != current:
+            if rid != current and os.path.isdir(os.path.join(self.dir, rid)):
                 return rid
         return None
 
@@ -282,9 +282,7 @@ class Releases:
         os.rename(tmp, path)
 
     def make(self, rid, hashes, modes):
-        """Record RID's manifest, once every file of it is on disk (a power
-        cut after the switch must not leave a current release of empty
-        files)."""
+        """Record RID's manifest, once every file of it is on disk."""
         top = os.path.join(self.dir, rid)
         for rel in hashes:
             _fsync(os.path.join(top, rel))
@@ -297,7 +295,10 @@ class Releases:
     def tidy(self, rid, keep):
         """Remove what a crashed or interrupted lay-down left in RID beside
         the files KEEP (Salt's temporary copies, our own .tmp files): root's
-        own leftovers in a root-only directory, never run."""
+        own leftovers in a root-only directory, which no runner runs (it
+        runs only its own parts by name). KEEP is never empty."""
+        if not keep:
+            raise Refused("no list of the release's files: nothing tidied")
         top = os.path.join(self.dir, rid)
         removed = []
         for rel in sorted(self.files(rid)):
@@ -307,9 +308,16 @@ class Releases:
         return removed
 
     def _record(self, action, rid):
+        """Append to the history, best effort: the switch has happened."""
         lines = ["%d %s %s" % (when, what, which) for when, what, which in self.history()]
         lines.append("%d %s %s" % (int(time.time()), action, rid))
-        self._write(self.dir, HISTORY, "\n".join(lines[-HISTORY_LINES:]) + "\n")
+        try:
+            self._write(self.dir, HISTORY, "\n".join(lines[-HISTORY_LINES:]) + "\n")
+        except OSError:
+            try:
+                os.unlink(os.path.join(self.dir, ".%s.%d.tmp" % (HISTORY, os.getpid())))
+            except OSError:
+                pass
 
     def switch(self, rid, action):
         """Make RID current (the current one becomes previous); returns how
@@ -372,16 +380,23 @@ def _lock(releases):
 
 def activate(releases, rid, expect, entries, keep, grace):
     report = {"result": False, "release": rid, "switched": False}
+    if not expect:
+        report["comment"] = "activate needs the release's files (--expect PATH:MODE ...)"
+        return report
     lock = _lock(releases)
+    old = None
     try:
-        made = releases.manifest(rid) is not None
-        report["tidied"] = releases.tidy(rid, set(expect))
-        if made:
-            hashes, modes = releases.check(rid, entries=entries)
-        else:
-            hashes, modes = releases.check(rid, expect, entries=entries)
-            releases.make(rid, hashes, modes)
         old = releases.current()
+        # The state has just laid these files down from the templates: they
+        # are the release. Leftovers beside them go, the whole is checked,
+        # and the manifest records it, once every file is on disk (again
+        # after a rollback or a repair: a power cut must not leave a
+        # current release of empty files).
+        recorded = releases.manifest(rid)
+        report["tidied"] = releases.tidy(rid, set(expect))
+        hashes, modes = releases.check(rid, expect, entries=entries)
+        releases.make(rid, hashes, modes)
+        report["remade"] = recorded is not None and recorded != hashes
         took = releases.switch(rid, "deploy")
         report.update(switched=took is not None, previous=old if took is not None else releases.previous(),
                       manifest=hashes)
@@ -392,8 +407,8 @@ def activate(releases, rid, expect, entries, keep, grace):
         releases._write(releases.dir, ENTRIES, "".join(name + "\n" for name in entries))
         report["pruned"] = releases.prune(keep, grace)
     except (Refused, OSError, ValueError) as exc:
-        report["comment"] = str(exc) if not report["switched"] else \
-            "switched to %s, then: %s" % (rid, exc)
+        report["switched"] = releases.current() == rid != old
+        report["comment"] = "switched to %s, then: %s" % (rid, exc) if report["switched"] else str(exc)
         return report
     finally:
         os.close(lock)
@@ -425,7 +440,11 @@ def rollback(releases, test):
             return report
         took = releases.switch(previous, "rollback")
     except (Refused, OSError, ValueError) as exc:
-        report["comment"] = "%s; nothing changed" % exc
+        if report["release"] is not None and releases.current() not in (None, report["release"]):
+            report.update(result=True, switched=True, comment="switched from release %s to %s, then: %s"
+                          % (report["release"], releases.current(), exc))
+        else:
+            report["comment"] = "%s; nothing changed" % exc
         return report
     finally:
         if lock is not None:
