@@ -65,7 +65,7 @@ def test_job_end_removes_only_its_own_scratch(slurm, accounts, host_site):
 def test_stopped_minion_and_no_salt_do_not_stop_the_sweep(slurm, accounts, host_site, rsyslog):
     """The part runs epilog_sweep.py with the system python3 (python3 -I -S):
     no Salt on its path, no minion running. Its removals reach syslog too."""
-    sweep_file = slurm.chain.conf_dir / "epilog_sweep.py"
+    sweep_file = slurm.chain.release / "epilog_sweep.py"
     assert sweep_file.exists()
     probe = subprocess.run(["/usr/bin/python3", "-I", "-S", "-c", "import salt"], capture_output=True)
     assert probe.returncode != 0, "precondition: the system python3 must not see Salt"
