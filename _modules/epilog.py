@@ -1010,14 +1010,16 @@ def _slurmd_conf_paths():
     return out
 
 
-def _slurm_confs(settings):
+def _slurm_confs(settings, also=()):
     """Every slurm.conf that may be the node's, in the order verify trusts
     them: $SLURM_CONF, slurm_config_dir/slurm.conf, /etc/slurm/slurm.conf,
     what a running slurmd reads, and a configless node's cache in its
-    spool. Returns [(path, how)] of those that exist."""
+    spool; then the slurm.conf in each directory of ALSO. Returns
+    [(path, how)] of those that exist."""
     candidates = [(os.environ.get("SLURM_CONF"), "SLURM_CONF"),
                   (os.path.join(settings["slurm_config_dir"], "slurm.conf"), "slurm_config_dir"),
                   ("/etc/slurm/slurm.conf", "default")]
+    candidates += [(os.path.join(directory, "slurm.conf"), "given") for directory in also]
     candidates += [(path, "slurmd") for path in _slurmd_conf_paths()]
     candidates += [(os.path.join(settings["slurmd_spool_dir"], "conf-cache", "slurm.conf"), "configless")]
     out, seen = [], set()
@@ -1041,13 +1043,34 @@ def _slurm_conf_epilog(settings):
     return path, found, problems, how
 
 
+def _roots_chain(directory):
+    """Whether DIRECTORY holds a chain this formula laid down: root's own
+    epilog-releases directory or localusers.backup (never followed, so a
+    directory another account can write cannot pass for one)."""
+    for name, kinds in (("epilog-releases", (stat.S_ISDIR,)), ("localusers.backup", (stat.S_ISLNK, stat.S_ISREG))):
+        try:
+            st = os.lstat(os.path.join(directory, name))
+        except OSError:
+            continue
+        if st.st_uid == 0 and any(kind(st.st_mode) for kind in kinds):
+            return True
+    return False
+
+
 def chain_wired(slurm_config_dir=None):
     """
     Whether any slurm.conf of this node still names the chain under
     SLURM_CONFIG_DIR (the pillar's by default) in Epilog= or Prolog=, read
     the way Slurm reads it (Include, quotes, any case, $SLURM_CONF, what
-    slurmd was started with, a configless node's cache). ``epilog.clean``
-    refuses unless ``wired`` is empty and ``known`` is True.
+    slurmd was started with, a configless node's cache, and
+    SLURM_CONFIG_DIR's own slurm.conf). ``epilog.clean`` refuses unless
+    ``wired`` is empty and ``known`` is True.
+
+    ``elsewhere`` lists each Epilog=/Prolog= that names another directory
+    holding a chain of this formula's (``conf``, ``key``, ``value``,
+    ``dir``), and ``old_dirs`` those directories: after a rename of
+    ``slurm_config_dir``, the old chain slurmd still runs, which no longer
+    gets the pillar's updates.
 
     CLI Example:
 
@@ -1059,8 +1082,8 @@ def chain_wired(slurm_config_dir=None):
     settings = _settings()
     confdir = os.path.normpath(slurm_config_dir or settings["slurm_config_dir"])
     real_confdir = os.path.realpath(confdir)
-    report = {"known": True, "wired": [], "unknown": [], "read": []}
-    confs = _slurm_confs(settings)
+    report = {"known": True, "wired": [], "unknown": [], "read": [], "elsewhere": [], "old_dirs": []}
+    confs = _slurm_confs(settings, also=[confdir])
     if not confs:
         report["known"] = False
         report["unknown"].append("no slurm.conf found ($SLURM_CONF, slurm_config_dir, /etc/slurm, slurmd's, "
@@ -1079,6 +1102,15 @@ def chain_wired(slurm_config_dir=None):
                 resolved = os.path.realpath(target.split("*", 1)[0] or "/")
                 if any(resolved == d or resolved.startswith(d.rstrip("/") + "/") for d in (confdir, real_confdir)):
                     report["wired"].append(f"{path} names {value} ({key.capitalize()}=)")
+                    continue
+                # another directory holding a chain of this formula's (the
+                # slurm_config_dir before a rename): it no longer gets the
+                # pillar's updates, yet slurmd runs it
+                other = os.path.realpath(os.path.dirname(os.path.normpath(target)))
+                if _roots_chain(other):
+                    report["elsewhere"].append({"conf": path, "key": key.capitalize(), "value": value, "dir": other})
+                    if other not in report["old_dirs"]:
+                        report["old_dirs"].append(other)
     return report
 
 
@@ -1272,6 +1304,18 @@ def verify(expect=None):
         notes.append(f"{settings['slurmd_spool_dir']} (epilog:slurmd_spool_dir) is not a directory only root can "
                      "write (Debian's /var/lib/slurm/slurmd belongs to slurm): the last-job check skips its step "
                      "sockets and asks pgrep, then squeue")
+    try:
+        wired = chain_wired()
+    except OSError as exc:
+        wired = {"elsewhere": []}
+        problems.append(f"slurm.conf cannot be read for Epilog=/Prolog=: {exc}")
+    for item in wired["elsewhere"]:
+        problems.append(f"{item['conf']} has {item['key']}={item['value']}: slurmd runs the chain in {item['dir']}, "
+                        f"not the one in epilog:slurm_config_dir {settings['slurm_config_dir']} (renamed?), and "
+                        f"that old chain no longer gets the pillar's updates. Point {item['key']}= at "
+                        f"{settings['slurm_config_dir']}/{item['key'].lower()}.sh, run scontrol reconfigure, then "
+                        f"remove the old one: state.apply epilog.clean "
+                        f"pillar='{{\"epilog_clean\": {{\"slurm_config_dir\": \"{item['dir']}\"}}}}'")
     conf, found, conf_problems, how = _slurm_conf_epilog(settings)
     problems.extend(_chain_time_problems(settings, conf_found=found))
     epilog_sh = os.path.join(settings["slurm_config_dir"], "epilog.sh")
@@ -1334,7 +1378,7 @@ def _release_tool(settings, *args):
                                     f"{(proc.stderr or proc.stdout).strip()[-500:]}") from exc
 
 
-def rollback(test=None):
+def rollback(test=None, checkpoint=None):
     """
     Switch this node's epilog chain back to exactly the release that was
     current before the current one, with one rename: a job end that has
@@ -1359,20 +1403,64 @@ def rollback(test=None):
         Name the release it would switch to, and change nothing. Defaults to
         the minion's ``test`` option.
 
+    checkpoint
+        Switch back to exactly the release that was current when the
+        checkpoint of this name was taken (``epilog.checkpoint``; the staged
+        rollout takes one per node), and change nothing when it is current.
+
     CLI Example:
 
     .. code-block:: bash
 
         salt 'slurm-work-*' epilog.rollback test=True
         salt -b 1 'slurm-work-*' epilog.rollback
+        salt 'slurm-work-*' epilog.rollback checkpoint=rollout-20261201T1000-1a2b3c
     """
     if test is None:
         test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
     settings = _settings()
-    report = _release_tool(settings, "rollback", *(["--test"] if test else []))
+    args = ["--test"] if test else []
+    if checkpoint is not None:
+        args.append(f"--to-checkpoint={checkpoint}")
+    report = _release_tool(settings, "rollback", *args)
     if report is None:
         return {"result": False, "test": bool(test), "switched": False, "release": None, "to": None,
                 "comment": f"no releases under {settings['slurm_config_dir']}/epilog-releases: nothing to roll back"}
+    return report
+
+
+def checkpoint(name, test=None):
+    """
+    Record, under NAME, the release that is current on this node, so that
+    ``epilog.rollback checkpoint=NAME`` can return to exactly it, however
+    many switches happen in between. The first record of a name is kept:
+    taking it again changes nothing. The staged rollout
+    (``salt-run state.orchestrate epilog.rollout``) takes one on each node
+    before it applies there.
+
+    Returns ``result``, ``checkpoint``, ``release`` (what the name records;
+    None when no release was current), ``recorded`` and a ``comment``.
+
+    name
+        A letter or digit, then up to 63 letters, digits and ``. _ -``.
+
+    test
+        Say what it would record, and change nothing.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt 'slurm-work-*' epilog.checkpoint before-upgrade
+    """
+    if test is None:
+        test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
+    settings = _settings()
+    report = _release_tool(settings, "checkpoint", *(["--test"] if test else []), "--", str(name))
+    if report is None:
+        return {"result": True, "test": bool(test), "checkpoint": str(name), "release": None, "recorded": False,
+                "comment": f"no releases under {settings['slurm_config_dir']}/epilog-releases yet: nothing to "
+                           "record (a rollback to this checkpoint has nothing to go back to)"}
     return report
 
 

@@ -226,18 +226,19 @@ class SaltCall:
         return SaltResult(proc.returncode, data, proc.stdout, proc.stderr)
 
 
-def local_minion(salt_factories, minion_id, pillar_root):
+def local_minion(salt_factories, minion_id, pillar_root, module_dirs=None):
     """A minion config (file_client: local; never started) that serves this
     repo's salt/ and the repo root (for salt://_modules/) and loads the epilog
-    module from _modules/, with PILLAR_ROOT as its pillar. Returns a SaltCall
-    on it; .config_dir is the config directory."""
+    module from _modules/ (unless MODULE_DIRS says otherwise: [] for a
+    minion that has only what it synced), with PILLAR_ROOT as its pillar.
+    Returns a SaltCall on it; .config_dir is the config directory."""
     minion = salt_factories.salt_minion_daemon(
         minion_id,
         overrides={
             "file_client": "local",
             "file_roots": {"base": [str(REPO / "salt"), str(REPO)]},
             "pillar_roots": {"base": [str(pillar_root)]},
-            "module_dirs": [str(REPO)],
+            "module_dirs": [str(REPO)] if module_dirs is None else list(module_dirs),
             # salt-call's own log lines stay out of the pytest process.
             "pytest-minion": {"log": {"disabled": True}},
         },

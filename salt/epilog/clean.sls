@@ -4,11 +4,18 @@
     epilog.d/ and prolog.d/ only if they are empty (a site's own parts stay). It leaves slurm_config_dir, the ssh allow file, the log and its
     directory, and the packages.
     It refuses, removing nothing, while slurm.conf still names the runners.
-      salt 'slurm-work-*' state.apply epilog.clean test=True #}
+      salt 'slurm-work-*' state.apply epilog.clean test=True
+    After a rename of slurm_config_dir, the old directory is given as
+    epilog_clean:slurm_config_dir (the pillar's is the default):
+      salt 'slurm-work-*' state.apply epilog.clean pillar='{"epilog_clean": {"slurm_config_dir": "/etc/slurm-old"}}' #}
 {%- set tplroot = tpldir.split('/')[0] %}
-{%- from tplroot ~ "/map.jinja" import epilog with context %}
+{%- from tplroot ~ "/map.jinja" import epilog, path_pattern, dots_pattern with context %}
 {%- import_yaml tplroot ~ "/layout.yaml" as layout %}
-{%- set confdir = epilog.slurm_config_dir %}
+{%- set confdir = salt['pillar.get']('epilog_clean:slurm_config_dir', epilog.slurm_config_dir) %}
+{%- if confdir is not string or not confdir | regex_match(path_pattern) or confdir | regex_search(dots_pattern) %}
+{{-   raise('epilog_clean:slurm_config_dir (%r) must be an absolute path of letters, digits and . _ + @ - without . or .. components' | format(confdir)) }}
+{%- endif %}
+{%- set confdir = confdir.rstrip('/') or '/' %}
 
 {#- Removing epilog.sh while a slurm.conf still names it would drain the
     node at its next job end: refuse until no slurm.conf of this node names

@@ -163,6 +163,39 @@ epilog-release-switch-cmd-run:
       - file: epilog-{{ script.id }}-file-managed
 {%- endfor %}
 
+{#- The epilog module (verify, rollback, sweep...) answers right after the
+    first apply, and a formula upgrade updates it together with the laid-down
+    sweep: the same sync a site runs by hand (it syncs every _modules of
+    the environment, as saltutil.sync_modules does). #}
+epilog-module-saltutil-sync_modules:
+  saltutil.sync_modules:
+    - refresh: True
+    - require:
+      - cmd: epilog-release-switch-cmd-run
+
+{#- After a rename of slurm_config_dir, slurm.conf may still name the old
+    chain, which gets no more updates: say so on every apply (and
+    epilog.verify fails) until slurm.conf names this one and the old one is
+    cleaned (epilog.clean with epilog_clean:slurm_config_dir). Read by the
+    module, once it is synced (the first apply syncs it). #}
+{%- if 'epilog.chain_wired' in salt %}
+{%-   set elsewhere = salt['epilog.chain_wired']().get('elsewhere', []) %}
+
+epilog-slurm-conf-old-chain-test:
+  test.configurable_test_state:
+    - name: {{ ('slurm.conf names no other chain of this formula' if not elsewhere else 'slurm.conf still runs an old chain: ' ~ (elsewhere | map(attribute='dir') | unique | join(', '))) | json }}
+    - changes: False
+    - result: True
+{%-   if elsewhere %}
+    - warnings:
+{%-     for item in elsewhere %}
+      - {{ ('%s has %s=%s: slurmd runs the chain in %s, not this one in %s, and it no longer gets the pillar\'s updates. Point %s= at %s/%s.sh, run scontrol reconfigure, then state.apply epilog.clean pillar=\'{"epilog_clean": {"slurm_config_dir": "%s"}}\'' | format(item.conf, item.key, item.value, item.dir, confdir, item.key, confdir, item.key | lower, item.dir)) | json }}
+{%-     endfor %}
+{%-   endif %}
+    - require:
+      - cmd: epilog-release-switch-cmd-run
+{%- endif %}
+
 {#- What earlier versions laid down in place goes once no job end can still
     be running them: when the last switch is older than the chain's
     deadline (a later apply removes them; until then the runner ignores a

@@ -19,14 +19,14 @@ _ids = itertools.count()
 
 
 class Node:
-    def __init__(self, salt_factories):
+    def __init__(self, salt_factories, **minion):
         self.base = Path(tempfile.mkdtemp(prefix="epilog-ops-", dir="/var/tmp"))
         (self.base / "pillar").mkdir()
         live_spool(self.base / "spool")
         (self.base / "pillar/top.sls").write_text("base:\n  '*':\n    - epilog\n")
         self.conf_dir = self.base / "slurm"
         self.set_pillar()
-        self.call = local_minion(salt_factories, f"ops-{next(_ids)}", self.base / "pillar")
+        self.call = local_minion(salt_factories, f"ops-{next(_ids)}", self.base / "pillar", **minion)
 
     def set_pillar(self, localusers=("root", "je.kim"), **extra):
         settings = {"slurm_config_dir": str(self.conf_dir), "ssh_allow_file": str(self.base / "localusers"),
@@ -189,6 +189,26 @@ def test_verify_names_a_missing_tool(node):
     assert "flock is not installed (the parts look in /usr/local/sbin:" in "\n".join(ret.data["problems"])
 
 
+def test_the_module_answers_right_after_the_first_apply(salt_factories, accounts):
+    """A minion that has only what it synced (no module_dirs): the first
+    apply syncs the epilog module, so verify answers at once; the synced
+    module is the laid-down sweep, byte for byte."""
+    fresh = Node(salt_factories, module_dirs=[])
+    try:
+        before = fresh.call("epilog.verify")
+        assert before.returncode != 0 and "is not available" in before.stdout + before.stderr, before
+        ret = fresh.apply()
+        assert ret.states["epilog-module-saltutil-sync_modules"]["changes"], ret.states
+        report = fresh.run("verify")
+        assert report["result"] is True, report["problems"]
+        synced = list(Path(fresh.call.config_dir).parent.rglob("extmods/modules/epilog.py"))
+        assert synced and synced[0].read_bytes() == (fresh.release / "epilog_sweep.py").read_bytes(), synced
+        again = fresh.apply()
+        assert not again.states["epilog-module-saltutil-sync_modules"]["changes"], again.states
+    finally:
+        shutil.rmtree(fresh.base, ignore_errors=True)
+
+
 def test_rollback_switches_to_exactly_the_previous_release_and_back(node):
     node.set_pillar(localusers=["root"], part_timeout=19)
     node.apply()
@@ -261,6 +281,44 @@ def test_rollback_never_crosses_a_clean_or_the_minion_cache(node):
     assert report["result"] is False and "nothing to roll back to" in report["comment"], report
 
 
+def test_rollback_to_a_checkpoint_returns_to_exactly_that_release(node):
+    """What the staged rollout relies on: the checkpoint records the release
+    current before the rollout; rolling back to it is exact however many
+    switches came between, does nothing when nothing switched, and a name
+    is recorded once."""
+    assert node.run("checkpoint", "before-anything")["recorded"] is False  # no releases yet
+    node.set_pillar(part_timeout=30)
+    node.apply()
+    first = node.release.name
+    before = node.snapshot()
+    preview = node.run("checkpoint", "rollout-1", "test=True")
+    assert (preview["recorded"], preview["release"]) == (False, first) and node.snapshot() == before, preview
+    report = node.run("checkpoint", "rollout-1")
+    assert (report["recorded"], report["release"]) == (True, first), report
+    # nothing switched since: nothing to do
+    report = node.run("rollback", "checkpoint=rollout-1")
+    assert report["result"] is True and report["switched"] is False and node.release.name == first, report
+    for timeout in (31, 32):
+        node.set_pillar(part_timeout=timeout)
+        node.apply()
+    # taken again, the first record stands
+    again = node.run("checkpoint", "rollout-1")
+    assert (again["recorded"], again["release"]) == (False, first), again
+    preview = node.run("rollback", "checkpoint=rollout-1", "test=True")
+    assert preview["to"] == first and preview["switched"] is False and node.release.name != first, preview
+    report = node.run("rollback", "checkpoint=rollout-1")
+    assert (report["to"], report["switched"]) == (first, True) and node.release.name == first, report
+    for bad in ("no-such-checkpoint", "-v", "../x", "a b"):
+        report = node.run("rollback", f"checkpoint={bad}")
+        assert report["result"] is False and report["switched"] is False, (bad, report)
+        assert node.release.name == first
+    for bad in ("-v", "../x", "a\nb", "x" * 65):
+        report = node.run("checkpoint", f"name={bad}")
+        assert report["result"] is False and report["recorded"] is False, (bad, report)
+    lines = (node.conf_dir / "epilog-releases/checkpoints").read_text().splitlines()
+    assert [line.split()[1:] for line in lines] == [["rollout-1", first]], lines
+
+
 def test_rollback_refuses_a_previous_release_that_changed_since_it_was_made(node):
     node.set_pillar(part_timeout=30)
     node.apply()
@@ -305,6 +363,48 @@ def test_clean_removes_what_the_formula_laid_down_and_nothing_else(node):
     own.unlink()
     node.apply("epilog.clean")
     assert sorted(p.name for p in node.conf_dir.iterdir()) == ["slurm.conf"]
+
+
+def test_a_renamed_slurm_config_dir_is_reported_until_the_old_chain_is_unwired_and_cleaned(node):
+    old, new = node.conf_dir, node.base / "slurm-new"
+    node.apply()
+    wired(node)
+    node.conf_dir = new
+    node.set_pillar()
+    new.mkdir()
+    # the site's slurm.conf (in the new directory) still runs the old chain
+    (new / "slurm.conf").write_text((old / "slurm.conf").read_text())
+    ret = node.apply()
+    check = ret.states["epilog-slurm-conf-old-chain-test"]
+    assert check["result"] is True and str(old) in check["name"], check
+    warnings = "\n".join(check.get("warnings", []))
+    assert f"Epilog={old}/epilog.sh" in warnings and f"Prolog={old}/prolog.sh" in warnings, check
+    assert f'"epilog_clean": {{"slurm_config_dir": "{old}"}}' in warnings, check
+    assert (new / "epilog.sh").exists() and (old / "epilog.sh").exists(), "the old chain slurmd runs must stay"
+    report = node.run("verify")
+    assert report["result"] is False, report
+    assert any(p.startswith(f"{new}/slurm.conf has Epilog={old}/epilog.sh: slurmd runs the chain in {old}")
+               for p in report["problems"]), report["problems"]
+    # cleaning the old directory refuses while a slurm.conf names it
+    clean_old = {"epilog_clean": {"slurm_config_dir": str(old)}}
+    refused = node.call("state.apply", "epilog.clean", pillar=clean_old)
+    assert refused.returncode != 0 and "refusing to remove the chain" in refused.stdout, refused
+    assert (old / "epilog.sh").exists()
+    # the operator repoints slurm.conf (and the old directory's copy goes)
+    (new / "slurm.conf").write_text((new / "slurm.conf").read_text().replace(str(old), str(new)))
+    (old / "slurm.conf").unlink()
+    cleaned = node.call("state.apply", "epilog.clean", pillar=clean_old)
+    assert cleaned.returncode == 0, cleaned
+    assert not (old / "epilog.sh").exists() and not (old / "epilog-releases").exists()
+    assert (new / "epilog-releases/current/epilog.sh").is_file(), "cleaning the old chain touched the new one"
+    ret = node.apply()
+    assert "warnings" not in ret.states["epilog-slurm-conf-old-chain-test"], ret.states
+    report = node.run("verify")
+    assert report["result"] is True, report["problems"]
+    for bad in ("relative/dir", f"{old}/../slurm", "/etc/slurm;rm", ["/etc/slurm"]):
+        ret = node.call("state.apply", "epilog.clean", pillar={"epilog_clean": {"slurm_config_dir": bad}})
+        assert ret.returncode != 0 and "epilog_clean:slurm_config_dir" in ret.stdout + ret.stderr, (bad, ret)
+    assert (new / "epilog-releases/current/epilog.sh").is_file()
 
 
 @pytest.mark.parametrize("user,listing,acts,answer", [

@@ -16,13 +16,15 @@ LAYOUT = yaml.safe_load((REPO / "salt/epilog/layout.yaml").read_text())
 SCRIPTS = [script["path"] for script in LAYOUT["scripts"]]
 RELEASE_FILES = SCRIPTS + [data["path"] for data in LAYOUT["release_data"]]
 # the directories, the log directory, the data files, the release's directory
-# and subdirectories, its files, the switch, the retired files' removal and
-# the packages
+# and subdirectories, its files, the switch, the module sync, the check for
+# an old chain, the retired files' removal and the packages
 STATE_COUNT = (len(LAYOUT["directories"]) + 1 + len(LAYOUT["data"]) + 1 + len(LAYOUT["release_directories"])
-               + len(RELEASE_FILES) + 1 + len(LAYOUT["retired"]) + 1)
+               + len(RELEASE_FILES) + 1 + 1 + 1 + len(LAYOUT["retired"]) + 1)
+# the module sync changes only when the minion's synced copy is older
+SYNC = "epilog-module-saltutil-sync_modules"
 # never "pending" on a node that has them: the packages, and the absence of
-# files no earlier version laid down here
-ALREADY_THERE = {"epilog-parts-tools-pkg-installed"} | {f"epilog-{f['id']}-retired-file-absent" for f in LAYOUT["retired"]}
+# files no earlier version laid down here; the old-chain check never changes
+ALREADY_THERE = {"epilog-parts-tools-pkg-installed", "epilog-slurm-conf-old-chain-test"} | {f"epilog-{f['id']}-retired-file-absent" for f in LAYOUT["retired"]}
 
 
 def sandbox(tmp_path):
@@ -38,8 +40,8 @@ def test_preview_lays_down_nothing_and_predicts_what_apply_changes(salt_call, tm
     assert not c.conf_dir.exists(), "test=True laid something down"
     applied = salt_call("state.apply", "epilog", pillar=c.pillar())
     assert applied.returncode == 0, applied
-    changed = {sid for sid, s in applied.states.items() if s["result"] is True and s["changes"]}
-    assert pending == changed and len(changed) == STATE_COUNT - len(ALREADY_THERE)
+    changed = {sid for sid, s in applied.states.items() if s["result"] is True and s["changes"]} - {SYNC}
+    assert pending == changed and len(changed) == STATE_COUNT - len(ALREADY_THERE) - 1
     for path in RELEASE_FILES:
         assert (c.release / path).is_file()
     for name in LAYOUT["entries"]:

@@ -25,16 +25,38 @@ class Fleet:
     def __init__(self, master, minions, base):
         self.master, self.minions, self.base = master, minions, base
         self.cli = master.salt_cli(timeout=600)
+        self.run_cli = master.salt_run_cli(timeout=900)
 
     def conf_dir(self, minion):
         return self.base / minion / "slurm"
 
-    def write_pillar(self, minion, localusers=("root", "je.kim")):
+    def write_pillar(self, minion, localusers=("root", "je.kim"), **extra):
         node = self.base / minion
         settings = {"slurm_config_dir": str(node / "slurm"), "ssh_allow_file": str(node / "localusers"),
                     "log_file": str(node / "epilog.log"), "slurmd_spool_dir": str(node / "spool"), "run_dir": str(node / "run"),
-                    "localusers": list(localusers)}
+                    "localusers": list(localusers), **extra}
         (self.base / "pillar" / f"{minion.replace('-', '_')}.sls").write_text(json.dumps({"epilog": settings}))
+
+    def current(self, minion):
+        return os.readlink(self.conf_dir(minion) / "epilog-releases/current")
+
+    def rollout(self, *args, **settings):
+        """salt-run state.orchestrate epilog.rollout with
+        pillar={"epilog_rollout": SETTINGS}: (returncode, {state id: result})."""
+        ret = self.run_cli.run("state.orchestrate", "epilog.rollout",
+                               "pillar=" + json.dumps({"epilog_rollout": settings}), *args)
+        states = {}
+
+        def find(data):
+            if isinstance(data, dict):
+                for key, value in data.items():
+                    if isinstance(key, str) and "_|-" in key and isinstance(value, dict):
+                        states[key.split("_|-")[1]] = value
+                    else:
+                        find(value)
+        find(ret.data)
+        assert states, ret
+        return ret.returncode, states
 
     def run(self, *args, tgt="slurm-work-*", timed=None):
         start = time.perf_counter()
@@ -146,3 +168,94 @@ def test_5_sweep_and_verify_answer_from_every_node(fleet):
     for minion in MINIONS:
         assert ret.data[minion]["result"] is True, (minion, ret.data[minion]["problems"])
         assert ret.data[minion]["release"] == os.readlink(fleet.conf_dir(minion) / "epilog-releases/current")
+
+
+def wire(fleet, minion, extra=""):
+    node = fleet.base / minion
+    (node / "slurm/slurm.conf").write_text(
+        f"Epilog={node}/slurm/epilog.sh\nProlog={node}/slurm/prolog.sh\nPrologFlags=Alloc,Contain\n"
+        f"SlurmdSpoolDir={node}/spool\n{extra}")
+
+
+def test_6_rollout_preview_plans_the_batches_and_changes_nothing(fleet):
+    for minion in MINIONS:
+        fleet.write_pillar(minion, part_timeout=19)
+    before = {m: fleet.current(m) for m in MINIONS}
+    rc, states = fleet.rollout("test=True", target="slurm-work-*", canary="slurm-work-02", name="preview-1")
+    assert rc == 0, states
+    plan = states["epilog-rollout-plan"]["comment"]
+    assert "canary slurm-work-02, then 2 batch(es) of up to 1: slurm-work-01 | slurm-work-03" in plan, plan
+    for i, minion in enumerate(["slurm-work-02", "slurm-work-01", "slurm-work-03"]):
+        assert states[f"epilog-rollout-{i}-apply"]["result"] is None, states
+        assert minion in json.dumps(states[f"epilog-rollout-{i}-apply"]), states[f"epilog-rollout-{i}-apply"]
+    assert not any(sid.endswith("-rollback") for sid in states), sorted(states)
+    assert {m: fleet.current(m) for m in MINIONS} == before
+    for minion in MINIONS:
+        assert not (fleet.conf_dir(minion) / "epilog-releases/checkpoints").exists()
+    for bad, entry in (({"batch": 0}, "epilog_rollout:batch"), ({"batch": "150%"}, "epilog_rollout:batch"),
+                       ({"canary": "slurm-work-99"}, "epilog_rollout:canary"), ({"name": "-v"}, "epilog_rollout:name"),
+                       ({"target": "nobody-*"}, "epilog_rollout:target"), ({"tgt_type": "x"}, "epilog_rollout:tgt_type"),
+                       ({"bacth": 2}, "epilog_rollout:bacth")):
+        ret = fleet.run_cli.run("state.orchestrate", "epilog.rollout", "test=True",
+                                "pillar=" + json.dumps({"epilog_rollout": {"target": "slurm-work-*", **bad}}))
+        assert ret.returncode != 0 and entry in json.dumps(ret.data) + ret.stdout + ret.stderr, (bad, ret)
+    assert {m: fleet.current(m) for m in MINIONS} == before
+
+
+def test_7_a_broken_pillar_stops_the_rollout_and_later_nodes_keep_their_release(fleet):
+    before = {m: fleet.current(m) for m in MINIONS}
+    fleet.write_pillar("slurm-work-02", localusers=("root", "bad user"), part_timeout=19)
+    rc, states = fleet.rollout(target="slurm-work-*", canary="slurm-work-01", batch=1, name="stops-at-02")
+    assert rc != 0, states
+    # the canary went through, gated by verify
+    assert states["epilog-rollout-0-verify"]["result"] is True, states["epilog-rollout-0-verify"]
+    assert fleet.current("slurm-work-01") != before["slurm-work-01"]
+    # 02 failed to render: nothing switched there, and its rollback says so
+    assert states["epilog-rollout-1-apply"]["result"] is False
+    assert "epilog:localusers[1]" in json.dumps(states["epilog-rollout-1-apply"]), states["epilog-rollout-1-apply"]
+    assert states["epilog-rollout-1-rollback"]["result"] is True, states["epilog-rollout-1-rollback"]
+    assert fleet.current("slurm-work-02") == before["slurm-work-02"]
+    # 03 never started: no checkpoint, no apply, its old release
+    for step in ("saltutil.sync_modules", "checkpoint", "apply", "verify"):
+        assert states[f"epilog-rollout-2-{step}"]["result"] is False, states[f"epilog-rollout-2-{step}"]
+        assert not states[f"epilog-rollout-2-{step}"].get("changes"), states[f"epilog-rollout-2-{step}"]
+    assert fleet.current("slurm-work-03") == before["slurm-work-03"]
+    checkpoints = fleet.conf_dir("slurm-work-03") / "epilog-releases/checkpoints"
+    assert not checkpoints.exists() or "stops-at-02" not in checkpoints.read_text()
+
+
+def test_8_a_canary_that_fails_verify_is_switched_back_and_nothing_else_changes(fleet):
+    fleet.write_pillar("slurm-work-02", part_timeout=19)
+    fleet.write_pillar("slurm-work-01", part_timeout=18, chain_timeout=250)
+    wire(fleet, "slurm-work-01", "PrologEpilogTimeout=200\n")
+    before = {m: fleet.current(m) for m in MINIONS}
+    rc, states = fleet.rollout(target="slurm-work-*", canary="slurm-work-01", batch=2, name="canary-fails")
+    assert rc != 0, states
+    assert states["epilog-rollout-0-apply"]["result"] is True, states["epilog-rollout-0-apply"]
+    verify = json.dumps(states["epilog-rollout-0-verify"])
+    assert states["epilog-rollout-0-verify"]["result"] is False and "prologepilogtimeout" in verify.lower(), verify
+    rollback = states["epilog-rollout-0-rollback"]
+    assert rollback["result"] is True and before["slurm-work-01"] in json.dumps(rollback), rollback
+    assert {m: fleet.current(m) for m in MINIONS} == before
+    # the release the canary ran for a moment stays on the node, not current
+    history = (fleet.conf_dir("slurm-work-01") / "epilog-releases/history").read_text().splitlines()
+    assert history[-1].split()[1:] == ["rollback", before["slurm-work-01"]], history
+    for step in ("checkpoint", "apply"):
+        assert states[f"epilog-rollout-1-{step}"]["result"] is False
+
+
+def test_9_a_healthy_rollout_lands_on_every_node_in_batches(fleet):
+    fleet.write_pillar("slurm-work-01", part_timeout=18)
+    wire(fleet, "slurm-work-01")
+    rc, states = fleet.rollout(target="slurm-work-*", canary="slurm-work-03", batch="50%")
+    assert rc == 0, {sid: (s["result"], s["comment"]) for sid, s in states.items() if s["result"] is not True}
+    assert "canary slurm-work-03, then 2 batch(es) of up to 1" in states["epilog-rollout-plan"]["comment"]
+    assert all(s["result"] is True for s in states.values()), states
+    assert not any(sid.endswith("-rollback") and s.get("changes") for sid, s in states.items())
+    ret = fleet.run("epilog.verify")
+    for minion in MINIONS:
+        assert ret.data[minion]["result"] is True, (minion, ret.data[minion]["problems"])
+        assert ret.data[minion]["release"] == fleet.current(minion)
+    # each node's checkpoint names the rollout and the release it ran before
+    names = {(fleet.conf_dir(m) / "epilog-releases/checkpoints").read_text().split()[-2] for m in MINIONS}
+    assert len(names) == 1 and names.pop().startswith("rollout-"), names

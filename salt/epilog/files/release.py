@@ -16,8 +16,15 @@ while deploys and rollbacks switch underneath.
 
   release.py --root DIR activate ID --expect PATH:MODE... --entry NAME...
   release.py --root DIR is-current ID --entry NAME...   (exit 0 or 1)
-  release.py --root DIR rollback [--test]
+  release.py --root DIR rollback [--test] [--to-checkpoint NAME]
+  release.py --root DIR checkpoint NAME [--test]
   release.py --root DIR status
+
+A checkpoint records, under a name, the release current when it was taken
+(or none). The first record of a name is kept: a staged rollout that is run
+again under the same name still goes back to what was current before its
+first attempt. `rollback --to-checkpoint NAME` switches back to exactly that
+release, and changes nothing when it is current already.
 
 Each command prints one JSON object. Standard library only (Python >= 3.6):
 it runs on the node without Salt.
@@ -39,6 +46,9 @@ MANIFEST = "MANIFEST.sha256"
 MODES = "MANIFEST.modes"
 HISTORY = "history"
 ENTRIES = "entries"
+CHECKPOINTS = "checkpoints"
+CHECKPOINT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+CHECKPOINT_LINES = 200
 ID = re.compile(r"[0-9a-f]{12}\Z")
 HISTORY_LINES = 500
 
@@ -190,6 +200,29 @@ class Releases:
         except OSError:
             pass
         return out
+
+    def checkpoints(self):
+        """[(time, name, release id or 'none')], oldest first."""
+        out = []
+        try:
+            fd = os.open(os.path.join(self.dir, CHECKPOINTS), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return out
+        with os.fdopen(fd, encoding="utf-8", errors="replace") as handle:
+            for line in handle.read(1 << 20).splitlines():
+                fields = line.split()
+                if (len(fields) == 3 and fields[0].isdigit() and CHECKPOINT_NAME.match(fields[1])
+                        and (fields[2] == "none" or ID.match(fields[2]))):
+                    out.append((int(fields[0]), fields[1], fields[2]))
+        return out
+
+    def checkpoint(self, name):
+        """The release recorded under NAME ('none' when no release was
+        current), or None when there is no such checkpoint."""
+        for _, which, rid in self.checkpoints():
+            if which == name:
+                return rid
+        return None
 
     def entries(self):
         """The entry symlinks the last activation laid down."""
@@ -421,14 +454,37 @@ def is_current(releases, rid, entries):
             and not releases.drift(rid))
 
 
-def rollback(releases, test):
+def rollback(releases, test, to_checkpoint=None):
     report = {"result": False, "test": test, "release": None, "to": None, "switched": False}
+    if to_checkpoint is not None:
+        report["checkpoint"] = to_checkpoint
+        if not CHECKPOINT_NAME.match(to_checkpoint):
+            report["comment"] = "%r is not a checkpoint name; nothing changed" % to_checkpoint
+            return report
     lock = None if test else _lock(releases)
     try:
         current, previous = releases.current(), releases.previous()
+        if to_checkpoint is not None:
+            previous = releases.checkpoint(to_checkpoint)
+            report.update(release=current, to=previous)
+            if previous is None:
+                report["comment"] = "no checkpoint %s on this node: nothing changed" % to_checkpoint
+                return report
+            if previous == "none":
+                report.update(to=None, comment="no release was current at checkpoint %s: nothing to roll back to "
+                                               "(epilog.clean removes the chain); nothing changed" % to_checkpoint)
+                return report
+            if previous == current:
+                report.update(result=True, comment="release %s, current at checkpoint %s, is current: nothing to do"
+                                                   % (current, to_checkpoint))
+                return report
         report.update(release=current, to=previous)
-        if current is None:
+        if current is None and to_checkpoint is None:
             report["comment"] = "no release is current on this node (%s/current): nothing to roll back" % releases.dir
+            return report
+        if to_checkpoint is not None and not os.path.isdir(os.path.join(releases.dir, previous)):
+            report["comment"] = ("release %s, current at checkpoint %s, is no longer on this node (pruned); nothing "
+                                 "changed" % (previous, to_checkpoint))
             return report
         if previous is None or not os.path.isdir(os.path.join(releases.dir, previous)):
             report.update(to=None, comment="no release before %s on this node: nothing to roll back to; nothing "
@@ -451,6 +507,35 @@ def rollback(releases, test):
             os.close(lock)
     report.update(result=True, switched=True, switch_seconds=took,
                   comment="switched from release %s to %s; a second rollback switches back" % (current, previous))
+    return report
+
+
+def checkpoint(releases, name, test):
+    """Record the current release under NAME, unless NAME is recorded."""
+    report = {"result": False, "test": test, "checkpoint": name, "recorded": False}
+    if not CHECKPOINT_NAME.match(name):
+        report["comment"] = ("%r is not a checkpoint name (a letter or digit, then up to 63 letters, digits "
+                             "and . _ -)" % name)
+        return report
+    lock = None if test else _lock(releases)
+    try:
+        current = releases.current()
+        known = releases.checkpoint(name)
+        report["release"] = current
+        if known is not None:
+            report.update(result=True, release=None if known == "none" else known,
+                          comment="checkpoint %s was recorded before (release %s); kept" % (name, known))
+            return report
+        if test:
+            report.update(result=True, comment="would record checkpoint %s: release %s" % (name, current))
+            return report
+        lines = ["%d %s %s" % item for item in releases.checkpoints()]
+        lines.append("%d %s %s" % (int(time.time()), name, current or "none"))
+        releases._write(releases.dir, CHECKPOINTS, "\n".join(lines[-CHECKPOINT_LINES:]) + "\n")
+        report.update(result=True, recorded=True, comment="checkpoint %s: release %s" % (name, current))
+    finally:
+        if lock is not None:
+            os.close(lock)
     return report
 
 
@@ -491,6 +576,10 @@ def main(argv=None):
     cur.add_argument("--entry", action="append", default=[])
     back = sub.add_parser("rollback")
     back.add_argument("--test", action="store_true")
+    back.add_argument("--to-checkpoint")
+    point = sub.add_parser("checkpoint")
+    point.add_argument("name")
+    point.add_argument("--test", action="store_true")
     stat_ = sub.add_parser("status")
     stat_.add_argument("--entry", action="append", default=[])
     args = parser.parse_args(argv)
@@ -508,7 +597,9 @@ def main(argv=None):
             except (Refused, OSError, ValueError):
                 return 1
         elif args.command == "rollback":
-            report = rollback(releases, args.test)
+            report = rollback(releases, args.test, args.to_checkpoint)
+        elif args.command == "checkpoint":
+            report = checkpoint(releases, args.name, args.test)
         elif args.command == "status":
             report = status(releases, args.entry or releases.entries())
         else:
