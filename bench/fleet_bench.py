@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def main():
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        env = {**os.environ, "EPILOG_FLEET_TIMINGS": out.name}
+        env = {**os.environ, "EPILOG_FLEET_TIMINGS": out.name, "EPILOG_SALT_LINES": "3008"}
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/integration/test_fleet.py"],
                               cwd=REPO, env=env, capture_output=True, text=True)
         if proc.returncode != 0:

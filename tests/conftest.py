@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import (ACCOUNTS, OPERATORS, REPO, VENV_BIN, Chain, lay_down, live_spool, local_minion, require,
+from tests.helpers import (ACCOUNTS, OPERATORS, REPO, SALT_BINS, Chain, lay_down, live_spool, local_minion, require,
                            require_root, require_tools)
 
 # pytest-salt-factories logs its whole configuration as a warning at start-up,
@@ -88,13 +88,35 @@ def salt_factories_default_root_dir():
     shutil.rmtree(root, ignore_errors=True)
 
 
+def pytest_generate_tests(metafunc):
+    """Every test that runs Salt takes the Salt line to run from salt_line:
+    the functional tests, the fleet and the quickstart run on each line
+    (3008 and 3006), the real-Slurm tests on 3008. EPILOG_SALT_LINES=3008 (a comma list)
+    narrows a local run; CI runs them all."""
+    if "salt_line" not in metafunc.fixturenames:
+        return
+    wanted = [line for line in os.environ.get("EPILOG_SALT_LINES", ",".join(SALT_BINS)).split(",") if line]
+    path = Path(str(metafunc.definition.path))
+    both = "functional" in path.parts or path.name in ("test_fleet.py", "test_quickstart.py")
+    lines = [line for line in SALT_BINS if line in wanted] if both else ["3008"]
+    metafunc.parametrize("salt_line", lines, indirect=True, scope="session", ids=[f"salt{line}" for line in lines])
+
+
 @pytest.fixture(scope="session")
-def salt_call(salt_factories):
-    """salt-call --local on a minion serving this repo's salt/ and pillar/
-    (its id, slurm-work-test, matches the worked example's 'slurm-work-*')."""
+def salt_line(request):
+    """The Salt line this test runs: '3008' or '3006'."""
+    line = getattr(request, "param", "3008")
+    require((SALT_BINS[line] / "salt-call").exists(), f"salt-call of Salt {line} in {SALT_BINS[line]} (bash .ci/setup)")
+    return line
+
+
+@pytest.fixture(scope="session")
+def salt_call(salt_factories, salt_line):
+    """salt-call --local of SALT_LINE on a minion serving this repo's salt/
+    and pillar/ (its id, slurm-work-test, matches the worked example's
+    'slurm-work-*')."""
     require_root()
-    require((VENV_BIN / "salt-call").exists(), f"salt-call in {VENV_BIN} (bash .ci/setup)")
-    return local_minion(salt_factories, "slurm-work-test", REPO / "pillar")
+    return local_minion(salt_factories, "slurm-work-test", REPO / "pillar", salt_line=salt_line)
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
+# The Salt lines the formula supports, each in a venv of its own (.ci/setup
+# builds both): the functional tests, the fleet and the quickstart run on each.
+SALT_BINS = {"3008": VENV_BIN, "3006": REPO / ".venv-3006" / "bin"}
 IN_CI = os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
 HOST = socket.gethostname().split(".")[0]
 
@@ -206,12 +209,12 @@ class SaltCall:
     """salt-call --local against a minion configured by pytest-salt-factories,
     serving salt/ from this repo and the epilog module from _modules/."""
 
-    def __init__(self, config_dir):
-        self.config_dir = str(config_dir)
+    def __init__(self, config_dir, bin_dir=VENV_BIN):
+        self.config_dir, self.bin_dir = str(config_dir), Path(bin_dir)
 
     def __call__(self, *args, pillar=None, prefix=(), timeout=300):
         cmd = [
-            *prefix, str(VENV_BIN / "salt-call"), f"--config-dir={self.config_dir}", "--local",
+            *prefix, str(self.bin_dir / "salt-call"), f"--config-dir={self.config_dir}", "--local",
             "--out=json", "--retcode-passthrough", "--log-level=quiet", *args,
         ]
         if pillar is not None:
@@ -226,24 +229,27 @@ class SaltCall:
         return SaltResult(proc.returncode, data, proc.stdout, proc.stderr)
 
 
-def local_minion(salt_factories, minion_id, pillar_root, module_dirs=None):
+def local_minion(salt_factories, minion_id, pillar_root, module_dirs=None, salt_line="3008", grains=None):
     """A minion config (file_client: local; never started) that serves this
-    repo's salt/ and the repo root (for salt://_modules/) and loads the epilog
+    repo's salt/ alone, as a formula is installed, and loads the epilog
     module from _modules/ (unless MODULE_DIRS says otherwise: [] for a
     minion that has only what it synced), with PILLAR_ROOT as its pillar.
-    Returns a SaltCall on it; .config_dir is the config directory."""
+    GRAINS (a dict) override the minion's own grains. Returns a SaltCall on
+    it that runs the salt-call of SALT_LINE; .config_dir is the config
+    directory."""
     minion = salt_factories.salt_minion_daemon(
-        minion_id,
+        minion_id if salt_line == "3008" else f"{minion_id}-{salt_line}",
         overrides={
             "file_client": "local",
-            "file_roots": {"base": [str(REPO / "salt"), str(REPO)]},
+            "file_roots": {"base": [str(REPO / "salt")]},
             "pillar_roots": {"base": [str(pillar_root)]},
             "module_dirs": [str(REPO)] if module_dirs is None else list(module_dirs),
+            **({"grains": dict(grains)} if grains else {}),
             # salt-call's own log lines stay out of the pytest process.
             "pytest-minion": {"log": {"disabled": True}},
         },
     )
-    return SaltCall(minion.config_dir)
+    return SaltCall(minion.config_dir, SALT_BINS[salt_line])
 
 
 class SaltResult:

@@ -14,6 +14,8 @@
 {%- set confdir = salt['pillar.get']('epilog_clean:slurm_config_dir', epilog.slurm_config_dir) %}
 {%- if confdir is not string or not confdir | regex_match(path_pattern) or confdir | regex_search(dots_pattern) %}
 {{-   raise('epilog_clean:slurm_config_dir (%r) must be an absolute path of letters, digits and . _ + @ - without . or .. components' | format(confdir)) }}
+{%- elif 'epilog-releases' in confdir.split('/') %}
+{{-   raise('epilog_clean:slurm_config_dir (%r) is inside a chain\'s epilog-releases: give the directory that holds epilog-releases' | format(confdir)) }}
 {%- endif %}
 {%- set confdir = confdir.rstrip('/') or '/' %}
 

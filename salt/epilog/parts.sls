@@ -34,14 +34,11 @@
 include:
   - {{ tplroot }}.config
 
-{#- What the parts run: python3 (part 45's sweep, release.py), procps (pgrep),
-    perl (part 40's sender; perl-base is essential on Debian). #}
+{#- What the parts run: python3 (part 45's sweep, release.py), pgrep, perl
+    (part 40's sender): named per os_family in osfamilymap.yaml. #}
 epilog-parts-tools-pkg-installed:
   pkg.installed:
-    - pkgs:
-      - python3
-      - procps
-      - perl-base
+    - pkgs: {{ epilog.pkgs | json }}
 
 {#- Checks and switches releases; not part of any release (a rollback runs it). #}
 epilog-release-tool-file-managed:
@@ -77,10 +74,11 @@ epilog-release-{{ sub | replace('.', '-') }}-file-directory:
       - file: epilog-release-file-directory
 {%- endfor %}
 
-{#- The residue sweep: the execution module _modules/epilog.py, laid down
-    verbatim so that part 45 runs the same code with the system python3 and
-    no Salt. The master's (or salt-call's) file_roots must include the repo
-    root for salt://_modules/. #}
+{#- The residue sweep: the execution module salt/_modules/epilog.py (the
+    top-level _modules/epilog.py is a symlink to it), laid down verbatim so
+    that part 45 runs the same code with the system python3 and no Salt.
+    salt/ alone serves it, as salt://_modules/epilog.py, to the state and to
+    saltutil.sync_modules. #}
 epilog-release-sweep-module-file-managed:
   file.managed:
     - name: {{ (reldir ~ '/epilog_sweep.py') | json }}
@@ -189,7 +187,7 @@ epilog-slurm-conf-old-chain-test:
 {%-   if elsewhere %}
     - warnings:
 {%-     for item in elsewhere %}
-      - {{ ('%s has %s=%s: slurmd runs the chain in %s, not this one in %s, and it no longer gets the pillar\'s updates. Point %s= at %s/%s.sh, run scontrol reconfigure, then state.apply epilog.clean pillar=\'{"epilog_clean": {"slurm_config_dir": "%s"}}\'' | format(item.conf, item.key, item.value, item.dir, confdir, item.key, confdir, item.key | lower, item.dir)) | json }}
+      - {{ ('%s has %s=%s/%s.sh: slurmd runs the chain in %s, not this one in %s, and it no longer gets the pillar\'s updates. Point %s= at %s/%s.sh, run scontrol reconfigure, then state.apply epilog.clean pillar=\'{"epilog_clean": {"slurm_config_dir": "%s"}}\'' | format(item.conf, item.key, item.dir, item.key | lower, item.dir, confdir, item.key, confdir, item.key | lower, item.dir)) | json }}
 {%-     endfor %}
 {%-   endif %}
     - require:

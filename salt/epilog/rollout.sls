@@ -46,8 +46,8 @@
 {{-   raise('epilog_rollout:batch (%r) must be a whole number of nodes (1 or more) or a percentage such as 25%%' | format(batch)) }}
 {%- endif %}
 {%- set name = rollout.get('name') or 'rollout-' ~ salt['status.time']('%Y%m%dT%H%M%S') ~ '-' ~ salt['test.random_hash'](size=6)[:6] %}
-{%- if name is not string or not name | regex_match('([A-Za-z0-9][A-Za-z0-9._-]{0,63})\\Z') %}
-{{-   raise('epilog_rollout:name (%r) must be a letter or digit, then up to 63 letters, digits and . _ -' | format(name)) }}
+{%- if name is not string or not name | regex_match('([A-Za-z][A-Za-z0-9._-]{0,63})\\Z') %}
+{{-   raise('epilog_rollout:name (%r) must be a letter, then up to 63 letters, digits and . _ -' | format(name)) }}
 {%- endif %}
 
 {%- set status = salt['saltutil.runner']('manage.status', tgt=target, tgt_type=tgt_type, output=False) %}

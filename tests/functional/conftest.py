@@ -44,13 +44,13 @@ def site():
 
 
 @pytest.fixture(scope="session")
-def sweeper(salt_factories):
+def sweeper(salt_factories, salt_line):
     """A minion whose pillar sends the sweep's log lines to a file of its own."""
     base = Path(tempfile.mkdtemp(prefix="epilog-sweep-", dir="/var/tmp"))
     (base / "pillar").mkdir()
     (base / "pillar/top.sls").write_text("base:\n  '*':\n    - epilog\n")
     (base / "pillar/epilog.sls").write_text(f"epilog:\n  log_file: {base}/epilog.log\n")
-    call = local_minion(salt_factories, "sweep-test", base / "pillar")
+    call = local_minion(salt_factories, "sweep-test", base / "pillar", salt_line=salt_line)
     call.log_file = base / "epilog.log"
     yield call
     shutil.rmtree(base, ignore_errors=True)

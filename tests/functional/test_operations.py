@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import end, killed, live_spool, local_minion, slurmd_env, still_running, stray
+from tests.helpers import REPO, end, killed, live_spool, local_minion, slurmd_env, still_running, stray
 
 _ids = itertools.count()
 
@@ -61,8 +61,8 @@ class Node:
 
 
 @pytest.fixture
-def node(salt_factories, accounts):
-    n = Node(salt_factories)
+def node(salt_factories, accounts, salt_line):
+    n = Node(salt_factories, salt_line=salt_line)
     yield n
     shutil.rmtree(n.base, ignore_errors=True)
 
@@ -189,11 +189,11 @@ def test_verify_names_a_missing_tool(node):
     assert "flock is not installed (the parts look in /usr/local/sbin:" in "\n".join(ret.data["problems"])
 
 
-def test_the_module_answers_right_after_the_first_apply(salt_factories, accounts):
+def test_the_module_answers_right_after_the_first_apply(salt_factories, accounts, salt_line):
     """A minion that has only what it synced (no module_dirs): the first
     apply syncs the epilog module, so verify answers at once; the synced
     module is the laid-down sweep, byte for byte."""
-    fresh = Node(salt_factories, module_dirs=[])
+    fresh = Node(salt_factories, module_dirs=[], salt_line=salt_line)
     try:
         before = fresh.call("epilog.verify")
         assert before.returncode != 0 and "is not available" in before.stdout + before.stderr, before
@@ -315,8 +315,23 @@ def test_rollback_to_a_checkpoint_returns_to_exactly_that_release(node):
     for bad in ("-v", "../x", "a\nb", "x" * 65):
         report = node.run("checkpoint", f"name={bad}")
         assert report["result"] is False and report["recorded"] is False, (bad, report)
+    # a node whose release.py predates checkpoints (the first rollout of this
+    # version): the formula's own release.py records it
+    tool = node.conf_dir / "epilog-releases/release.py"
+    current_tool = tool.read_bytes()
+    tool.write_bytes(subprocess.run(["git", "-C", str(REPO), "show", "4bbfd50:salt/epilog/files/release.py"],
+                                    capture_output=True, check=True).stdout)
+    report = node.run("checkpoint", "rollout-2")
+    assert (report["recorded"], report["release"]) == (True, first), report
+    tool.write_bytes(current_tool)
+    # the CLI reads 0123 as a number and null as None: a name must be a string
+    for bad in ("0123", "12:30"):
+        ret = node.call("epilog.checkpoint", f"name={bad}")
+        assert ret.returncode != 0 and "is not a string" in ret.stdout + ret.stderr, (bad, ret)
+        ret = node.call("epilog.rollback", f"checkpoint={bad}")
+        assert ret.returncode != 0 and "is not a string" in ret.stdout + ret.stderr, (bad, ret)
     lines = (node.conf_dir / "epilog-releases/checkpoints").read_text().splitlines()
-    assert [line.split()[1:] for line in lines] == [["rollout-1", first]], lines
+    assert [line.split()[1:] for line in lines] == [["rollout-1", first], ["rollout-2", first]], lines
 
 
 def test_rollback_refuses_a_previous_release_that_changed_since_it_was_made(node):
@@ -401,10 +416,45 @@ def test_a_renamed_slurm_config_dir_is_reported_until_the_old_chain_is_unwired_a
     assert "warnings" not in ret.states["epilog-slurm-conf-old-chain-test"], ret.states
     report = node.run("verify")
     assert report["result"] is True, report["problems"]
-    for bad in ("relative/dir", f"{old}/../slurm", "/etc/slurm;rm", ["/etc/slurm"]):
+    for bad in ("relative/dir", f"{old}/../slurm", "/etc/slurm;rm", ["/etc/slurm"], f"{new}/epilog-releases"):
         ret = node.call("state.apply", "epilog.clean", pillar={"epilog_clean": {"slurm_config_dir": bad}})
         assert ret.returncode != 0 and "epilog_clean:slurm_config_dir" in ret.stdout + ret.stderr, (bad, ret)
     assert (new / "epilog-releases/current/epilog.sh").is_file()
+
+
+def test_a_slurm_conf_another_account_writes_never_points_at_an_old_chain(node):
+    """Debian's slurmd spool belongs to slurm, which can write a configless
+    cache there. What it says may refuse a clean, never name a directory
+    as an old chain to clean: not the live one behind a glob and .., not a
+    previous release, not a NUL byte that breaks the render."""
+    node.set_pillar(part_timeout=19)
+    node.apply()
+    wired(node)
+    previous = node.release.name
+    node.set_pillar(part_timeout=18)
+    node.apply()
+    spool = node.base / "spool"
+    cache = spool / "conf-cache"
+    cache.mkdir()
+    slurm = pwd.getpwnam("slurm")
+    for path in (spool, cache):
+        os.chown(path, slurm.pw_uid, slurm.pw_gid)
+    hostile = cache / "slurm.conf"
+    hostile.write_bytes(
+        f"Epilog=/nonexist*/../{str(node.conf_dir).lstrip('/')}/epilog.sh\n"
+        f"Prolog={node.conf_dir}/epilog-releases/{previous}/prolog.sh\n".encode()
+        + b"Epilog=/x\x00y\nEpilog=/var/tmp/\x7f/epilog.sh\n")
+    os.chown(hostile, slurm.pw_uid, slurm.pw_gid)
+    ret = node.apply()
+    check = ret.states["epilog-slurm-conf-old-chain-test"]
+    assert "warnings" not in check, check
+    wired_now = node.run("chain_wired")
+    assert wired_now["elsewhere"] == [] and wired_now["known"] is False, wired_now
+    assert any("epilog.sh" in item for item in wired_now["wired"]), wired_now
+    report = node.run("verify")
+    assert not any("slurmd runs the chain in" in p for p in report["problems"]), report["problems"]
+    refused = node.call("state.apply", "epilog.clean")
+    assert refused.returncode != 0 and (node.conf_dir / "epilog.sh").exists()
 
 
 @pytest.mark.parametrize("user,listing,acts,answer", [

@@ -47,6 +47,21 @@ def test_parser_reads_each_form_as_slurm_does(tmp_path, files, epilogs):
     assert len(read) == len(files)
 
 
+def test_parser_reads_a_bounded_number_of_files_whatever_includes_what(tmp_path):
+    """Files that include each other (a glob of themselves) are a problem
+    named in the answer, not a loop: at most CONF_FILES_MAX reads."""
+    epilog = load_module()
+    for i in range(6):
+        (tmp_path / f"{i}.conf").write_text(f"Include {tmp_path}/*.conf\nEpilog=/e{i}\n")
+    (tmp_path / "slurm.conf").write_text("Include *.conf\n")
+    values, read, problems = epilog.parse_slurm_conf(str(tmp_path / "slurm.conf"))
+    assert len(read) == epilog.CONF_FILES_MAX, len(read)
+    assert any(f"more than {epilog.CONF_FILES_MAX} files included" in p for p in problems), problems[:3]
+    (tmp_path / "nul.conf").write_bytes(b"Include /etc/\x00passwd\n")
+    _, _, problems = epilog.parse_slurm_conf(str(tmp_path / "nul.conf"))
+    assert problems and "cannot be read" in problems[0], problems
+
+
 def test_parser_names_an_include_it_cannot_read(tmp_path):
     epilog = load_module()
     (tmp_path / "slurm.conf").write_text("Include missing.conf\nInclude none-*.conf\n")

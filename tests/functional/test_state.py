@@ -10,7 +10,7 @@ import pytest
 
 import yaml
 
-from tests.helpers import REPO, Chain, require_tools
+from tests.helpers import REPO, SALT_BINS, Chain, SaltCall, require_tools
 
 LAYOUT = yaml.safe_load((REPO / "salt/epilog/layout.yaml").read_text())
 SCRIPTS = [script["path"] for script in LAYOUT["scripts"]]
@@ -260,7 +260,9 @@ def test_upgrade_from_the_in_place_layout_keeps_site_parts_and_no_old_copy(salt_
     old.mkdir()
     subprocess.run(f"git -C {REPO} archive {IN_PLACE} salt _modules | tar -x -C {old}", shell=True, check=True)
     shutil.move(old / "_modules", old / "salt/_modules")
-    ret = salt_call("state.apply", "epilog", f"--file-root={old}/salt", pillar=c.pillar())
+    # that version ran on Salt 3008 only: it lays the old chain down there
+    ret = SaltCall(salt_call.config_dir, SALT_BINS["3008"])("state.apply", "epilog", f"--file-root={old}/salt",
+                                                           pillar=c.pillar())
     assert ret.returncode == 0, ret
     assert (c.conf_dir / "epilog.d/40-lastuserjob-processes").is_file() and not (c.conf_dir / "epilog.sh").is_symlink()
     marker = tmp_path / "site-part-ran"

@@ -1,7 +1,7 @@
 """A real salt-master and three salt-minions (slurm-work-01..03) on loopback,
-started by pytest-salt-factories. The master serves the repo (file_roots: the
-repo's salt/ and the repo root, so _modules syncs); each minion gets its own
-slurm_config_dir through per-minion pillar.
+started by pytest-salt-factories. The master serves the repo's salt/ alone
+(salt/_modules syncs); each minion gets its own slurm_config_dir through
+per-minion pillar. It runs on each Salt line (salt_line).
 
 With EPILOG_FLEET_TIMINGS=<file> set, the wall times of the applies are
 written there (bench/fleet_bench.py reads them)."""
@@ -13,9 +13,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import attr
 import pytest
 
-from tests.helpers import REPO, live_spool, require_root
+from tests.helpers import REPO, SALT_BINS, live_spool, require_root
 
 MINIONS = ["slurm-work-01", "slurm-work-02", "slurm-work-03"]
 TIMINGS = {}
@@ -67,17 +68,21 @@ class Fleet:
 
 
 @pytest.fixture(scope="module")
-def fleet(salt_factories, accounts):
+def fleet(salt_factories, accounts, salt_line):
     require_root()
     base = Path(tempfile.mkdtemp(prefix="epilog-fleet-", dir="/var/tmp"))
     (base / "pillar").mkdir()
+    if salt_line != "3008":
+        # the same factories, with the daemons and CLIs run by that line's python
+        salt_factories = attr.evolve(salt_factories, root_dir=base / "salt", scripts_dir=None,
+                                     python_executable=str(SALT_BINS[salt_line] / "python"))
     top = {"base": {minion: [minion.replace("-", "_")] for minion in MINIONS}}
     (base / "pillar/top.sls").write_text(json.dumps(top))
     master = salt_factories.salt_master_daemon(
         "epilog-master",
         overrides={
             "interface": "127.0.0.1",
-            "file_roots": {"base": [str(REPO / "salt"), str(REPO)]},
+            "file_roots": {"base": [str(REPO / "salt")]},
             "pillar_roots": {"base": [str(base / "pillar")]},
             # The daemons' log lines stay out of the pytest process.
             "pytest-master": {"log": {"disabled": True}},

@@ -1,27 +1,28 @@
 """The README's quickstart, run as a new user would (bash .ci/quickstart),
-into a sandbox of its own."""
+into a sandbox of its own, on each Salt line (EPILOG_SALT_VENV)."""
 import subprocess
 import tempfile
 from pathlib import Path
 
 import yaml
 
-from tests.helpers import REPO
+from tests.helpers import REPO, SALT_BINS
 
 LAYOUT = yaml.safe_load((REPO / "salt/epilog/layout.yaml").read_text())
 # what a first apply lays down: the directories, the log directory, the data
-# files, the release's directories and files, and the switch to it (the
-# packages are there, the retired files are not)
+# files, the release's directories and files, the switch to it and the
+# module's sync (the packages are there, the retired files are not)
 LAID_DOWN = (len(LAYOUT["directories"]) + 1 + len(LAYOUT["data"]) + 1 + len(LAYOUT["release_directories"])
-             + len(LAYOUT["scripts"]) + len(LAYOUT["release_data"]) + 1)
+             + len(LAYOUT["scripts"]) + len(LAYOUT["release_data"]) + 1 + 1)
 
 
-def test_quickstart_previews_applies_and_sweeps_planted_residue_in_a_sandbox(accounts):
+def test_quickstart_previews_applies_and_sweeps_planted_residue_in_a_sandbox(accounts, salt_line):
     etc_slurm_before = sorted(p.name for p in Path("/etc/slurm").iterdir()) if Path("/etc/slurm").is_dir() else None
     with tempfile.TemporaryDirectory(prefix="epilog-qs-", dir="/var/tmp") as sandbox:
         proc = subprocess.run(["bash", str(REPO / ".ci/quickstart")], cwd=REPO, capture_output=True, text=True,
                               timeout=600, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-                                                "EPILOG_QUICKSTART_DIR": sandbox})
+                                                "EPILOG_QUICKSTART_DIR": sandbox,
+                                                "EPILOG_SALT_VENV": str(SALT_BINS[salt_line].parent)})
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         out = proc.stdout
         for step in ("== 1. preview", "== 2. apply", "== 3. health check", "== 6. salt-call epilog.sweep test=True",

@@ -47,7 +47,7 @@ MODES = "MANIFEST.modes"
 HISTORY = "history"
 ENTRIES = "entries"
 CHECKPOINTS = "checkpoints"
-CHECKPOINT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+CHECKPOINT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,63}\Z")
 CHECKPOINT_LINES = 200
 ID = re.compile(r"[0-9a-f]{12}\Z")
 HISTORY_LINES = 500
@@ -389,7 +389,10 @@ class Releases:
         # never was (its checks failed) goes once it is GRACE s old
         made = [name for name in names if os.path.exists(os.path.join(self.dir, name, MANIFEST))]
         ranked = sorted(made, key=lambda name: active[name], reverse=True)
-        kept = {current, previous} | set(ranked[:max(keep, 2)])
+        # and the releases the last KEEP checkpoints name: what a rollout's
+        # rollback returns to
+        checkpointed = {rid for _, _, rid in self.checkpoints()[-max(keep, 2):] if ID.match(rid)}
+        kept = {current, previous} | set(ranked[:max(keep, 2)]) | checkpointed
         pruned = []
         for name in names:
             if name in kept or now - left[name] < grace:
@@ -514,8 +517,8 @@ def checkpoint(releases, name, test):
     """Record the current release under NAME, unless NAME is recorded."""
     report = {"result": False, "test": test, "checkpoint": name, "recorded": False}
     if not CHECKPOINT_NAME.match(name):
-        report["comment"] = ("%r is not a checkpoint name (a letter or digit, then up to 63 letters, digits "
-                             "and . _ -)" % name)
+        report["comment"] = ("%r is not a checkpoint name (a letter, then up to 63 letters, digits and . _ -)"
+                             % name)
         return report
     lock = None if test else _lock(releases)
     try:

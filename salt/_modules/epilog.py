@@ -1,0 +1,1751 @@
+"""
+The epilog formula's execution module, and the residue sweep its epilog part
+runs.
+
+This one file is both:
+
+* the Salt execution module ``epilog`` (``salt-call epilog.sweep``), synced
+  from ``_modules/``;
+* the standalone script the state lays down as
+  ``epilog_sweep.py`` in each release of the chain, which the epilog part
+  ``45-stale-x-display`` runs at every job end with the system python3 and no
+  Salt (a stopped minion must not stop cleanup).
+
+So the part and the module share one decision table and cannot drift.
+
+The sweep removes what crashed X/VNC servers and Cadence clients leave in
+/tmp, and the ending job's scratch, but only what no live process holds:
+
+=================================================  =========================
+residue                                            action
+=================================================  =========================
+orphan socket /tmp/.X11-unix/X<N>: no live socket  remove
+  is bound to it, and a connect is refused
+socket held: a live socket is bound to it (the     keep
+  kernel's socket diagnostics, every netns)
+orphan socket whose lock names a live process of   keep both
+  the lock's owner
+stale lock /tmp/.X<N>-lock: its pid is dead or     remove
+  not the owner's, no socket
+/tmp/clsbd.<user>.<pid>, pid a live process of     keep
+  the file's owner
+/tmp/clsbd.<user>.<pid>, otherwise                 remove
+malformed lock content or name                     keep, and report it
+unknown: the diagnostics cannot be read            keep
+an entry that cannot be judged (EACCES, ...)       keep, report, go on
+/tmp entry matching scratch_patterns for the job   remove what the job's
+                                                   uid owns, at every depth
+=================================================  =========================
+
+Nothing a user can write or print is evidence: a pid in a file counts only
+as the file owner's own process, and names in /proc/net/unix count for
+nothing.
+
+Safety as root in a world-writable /tmp: /tmp/.X11-unix must be a real
+directory owned by root; every entry is checked with lstat and never followed;
+removal is relative to an open directory handle and re-checks the inode; it
+never leaves /tmp, never opens a FIFO, and stops when its time budget runs out.
+"""
+
+import argparse
+import errno
+import json
+import os
+import re
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import time
+
+try:  # under Salt
+    from salt.exceptions import CommandExecutionError
+except ImportError:  # the standalone epilog part: no Salt on the path
+
+    class CommandExecutionError(Exception):
+        """The sweep itself could not run."""
+
+
+__virtualname__ = "epilog"
+
+TMP = "/tmp"
+X11_DIR = ".X11-unix"
+LOG_TAG = "slurm-epilog"
+
+# Mirrors salt/epilog/defaults.yaml (a test keeps the two equal); the pillar
+# overrides each key.
+DEFAULTS = {
+    "slurm_config_dir": "/etc/slurm",
+    "localusers": ["root"],
+    "ssh_allow_file": "/etc/localusers",
+    "log_file": "/var/log/slurm-epilog/epilog.log",
+    "slurmd_spool_dir": "/var/spool/slurmd",
+    "run_dir": "/run/slurm-epilog",
+    "scratch_patterns": ["slurm{jobid}*", "vcs*{jobid}*"],
+    "sweep_budget": 10,
+    "part_timeout": 20,
+    "chain_timeout": 110,
+    "squeue_timeout": 5,
+    "keep_releases": 5,
+}
+# The PATH every laid-down script sets, and the tools its parts run.
+SCRIPT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+TOOLS = ["bash", "timeout", "grep", "id", "stat", "perl", "flock", "cp", "mv", "find", "pgrep", "python3", "logger"]
+
+KINDS = ("x_socket", "x_lock", "clsbd", "scratch")
+X_SOCKET_NAME = re.compile(r"X(0|[1-9][0-9]{0,4})\Z")
+X_LOCK_NAME = re.compile(r"\.X(0|[1-9][0-9]{0,4})-lock\Z")
+X_LOCK_LIKE = re.compile(r"\.X.*-lock\Z", re.S)
+CLSBD_NAME = re.compile(r"clsbd\.(.+)\.([0-9]+)\Z", re.S)
+# An X server writes its pid as "%10d\n": exactly 11 bytes, nothing else.
+LOCK_CONTENT = re.compile(rb" *([0-9]{1,10})\n\Z")
+# A scratch pattern: {jobid} once; it may not start with a wildcard or a dot.
+# The pillar's path rule (map.jinja): absolute, letters, digits and . _ + @ -.
+PATH_OK = re.compile(r"(/[A-Za-z0-9._+@-]+)+/?\Z")
+PATTERN_OK = re.compile(r"([A-Za-z0-9_-][A-Za-z0-9._*?-]*)?\{jobid\}[A-Za-z0-9._*?-]*\Z")
+
+
+def __virtual__():
+    if sys.platform.startswith("linux"):
+        return __virtualname__
+    return (False, "the epilog module needs Linux (/proc and /tmp/.X11-unix)")
+
+
+def _show(name):
+    """A path for reports and logs: any byte shown, newlines escaped."""
+    text = os.fsencode(name).decode("utf-8", "backslashreplace")
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+
+
+def _root_only(directory):
+    """True when DIRECTORY is a real directory (not a symlink) owned by root
+    and writable by no group and no other user, and each of its ancestors is
+    a real directory of root's that nobody else can write either, or sticky
+    (nobody else can then rename or remove root's entry in it): no other
+    account can plant or swap anything on the way. The epilog parts open the
+    log only in such a directory; the state lays the log directory down so,
+    and the runner checks it the same way (epilog_root_only)."""
+    path, last = os.path.abspath(directory), True
+    while True:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
+            return False
+        if st.st_mode & 0o022 and (last or not st.st_mode & stat.S_ISVTX):
+            return False
+        if path == "/":
+            return True
+        path, last = os.path.dirname(path), False
+
+
+def _root_file(path):
+    """True when PATH, and what it resolves to, sit in directories only root
+    can write (_root_only), and the file is root's and nobody else's to
+    write."""
+    try:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+    except (OSError, ValueError):
+        return False
+    return (stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022
+            and _root_only(os.path.dirname(os.path.abspath(path))) and _root_only(os.path.dirname(real)))
+
+
+class _Log:
+    """Best-effort log: one line to the log file, one datagram to /dev/log.
+    Never raises and never blocks (the syslog socket is non-blocking).
+
+    The file is LOG_FD when the epilog part hands its open log over, else
+    LOG_FILE, opened only in a directory only root can write, without
+    following a symlink, without blocking, and only when it is a regular file
+    with no other hard link."""
+
+    def __init__(self, log_file, source, job=None, user=None, enabled=True, log_fd=None, release=None):
+        self.log_file = log_file
+        self.log_fd = log_fd
+        self.prefix = f"{source} job={job or 'none'} user={_show(user) if user else 'none'}"
+        self.prefix += f" release={release}: " if release else ": "
+        self.enabled = enabled
+
+    def _open(self):
+        if self.log_fd is not None:
+            return self.log_fd, False
+        if not self.log_file or not _root_only(os.path.dirname(self.log_file) or "/"):
+            return None, False
+        fd = os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_NOCTTY | os.O_CLOEXEC, 0o644)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            os.close(fd)
+            return None, False
+        return fd, True
+
+    def __call__(self, level, message):
+        if not self.enabled:
+            return
+        line = self.prefix + message
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        try:
+            fd, close = self._open()
+            if fd is not None:
+                try:
+                    os.write(fd, f"{stamp} {level} {line}\n".encode("utf-8", "backslashreplace"))
+                finally:
+                    if close:
+                        os.close(fd)
+        except OSError:
+            pass
+        priority = 3 * 8 + (4 if level == "warning" else 6)  # facility daemon
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+                sock.setblocking(False)
+                sock.sendto(f"<{priority}>{LOG_TAG}: {line}".encode("utf-8", "backslashreplace"), "/dev/log")
+        except OSError:
+            pass
+
+
+class _Budget(Exception):
+    """The time budget ran out."""
+
+
+class _Unjudged(Exception):
+    """One entry could not be judged: it is kept and reported, and the sweep
+    goes on with the next one."""
+
+
+# -- held sockets: the kernel's socket diagnostics, per network namespace -----
+NETLINK_SOCK_DIAG = 4
+SOCK_DIAG_BY_FAMILY = 20
+NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+UDIAG_SHOW_VFS = 0x2
+UNIX_DIAG_VFS = 1
+CLONE_NEWNET = 0x40000000
+
+
+def _setns(fd):
+    setns = getattr(os, "setns", None)  # Python 3.12 and later
+    if setns is not None:
+        setns(fd, CLONE_NEWNET)
+        return
+    import ctypes  # pylint: disable=import-outside-toplevel
+
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _bound_files_here():
+    """{(st_dev, st_ino): socket inode} of every file a unix socket of this
+    network namespace is bound to, as the kernel reports it
+    (NETLINK_SOCK_DIAG, UNIX_DIAG_VFS): the bound file's own identity, which
+    no user can print or forge, unlike the names in /proc/net/unix."""
+    found = {}
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_SOCK_DIAG) as nl:
+        nl.settimeout(5)
+        # struct unix_diag_req: family, protocol, pad, states, ino, show, cookie[2]
+        req = struct.pack("=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, 0, UDIAG_SHOW_VFS, 0xFFFFFFFF, 0xFFFFFFFF)
+        nl.sendto(struct.pack("=IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + req,
+                  (0, 0))
+        while True:
+            data = nl.recv(1 << 16)
+            off = 0
+            while off + 16 <= len(data):
+                length, kind = struct.unpack_from("=IH", data, off)
+                if length < 16:
+                    raise OSError("malformed netlink message")
+                if kind == NLMSG_DONE:
+                    return found
+                if kind == NLMSG_ERROR:
+                    raise OSError(-struct.unpack_from("=i", data, off + 16)[0], "sock_diag refused the dump")
+                # struct unix_diag_msg: family, type, state, pad, ino, cookie[2]
+                sock_ino = struct.unpack_from("=I", data, off + 16 + 4)[0]
+                attr, end = off + 16 + 16, off + length
+                while attr + 4 <= end:
+                    alen, atype = struct.unpack_from("=HH", data, attr)
+                    if alen < 4:
+                        break
+                    if atype == UNIX_DIAG_VFS and alen >= 12:
+                        ino, kdev = struct.unpack_from("=II", data, attr + 4)
+                        # The kernel's s_dev (major << 20 | minor) as stat reports it.
+                        found[(os.makedev(kdev >> 20, kdev & 0xFFFFF), ino)] = sock_ino
+                    attr += (alen + 3) & ~3
+                off += (length + 3) & ~3
+
+
+def bound_socket_files(deadline=None):
+    """{(st_dev, st_ino): socket inode} of the files bound by unix sockets in
+    every network namespace a process is in, or None when the diagnostics
+    cannot be read (then no socket can be called an orphan). Inode numbers
+    are the kernel's 32 bits."""
+    spaces = {}
+    try:
+        pids = [entry.name for entry in os.scandir("/proc") if entry.name.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            spaces.setdefault(os.readlink(f"/proc/{pid}/ns/net"), pid)
+        except OSError:
+            continue
+    try:
+        home = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    found = {}
+    try:
+        mine = os.readlink("/proc/self/ns/net")
+        found.update(_bound_files_here())
+        for space, pid in spaces.items():
+            if space == mine:
+                continue
+            if deadline is not None and time.monotonic() > deadline:
+                raise _Budget()
+            try:
+                fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue  # the process is gone, and its namespace with it
+            try:
+                _setns(fd)
+                try:
+                    found.update(_bound_files_here())
+                finally:
+                    _setns(home)
+            finally:
+                os.close(fd)
+    except (OSError, struct.error):
+        return None
+    finally:
+        os.close(home)
+    return found
+
+
+class _Sweep:
+    def __init__(self, test, job, patterns, budget, log, uid=None):
+        self.test = test
+        self.job = job
+        self.uid = uid
+        self.patterns = patterns
+        self.deadline = time.monotonic() + budget
+        self.budget = budget
+        self.log = log
+        self.report = {
+            "test": test,
+            "job": job,
+            "removed": [],
+            "would_remove": [],
+            "kept": [],
+            "unjudged": [],
+            "errors": [],
+            "skipped": [],
+            "counts": {kind: {"removed": 0, "kept": 0} for kind in KINDS},
+            "budget_exhausted": False,
+            "left": 0,
+        }
+        self._candidates = []
+        self._decided = set()
+        self._owners = {}
+        self._holders = {}
+
+    # -- bookkeeping -------------------------------------------------------
+    def keep(self, kind, path, reason):
+        self._decided.add(path)
+        self.report["kept"].append({"path": _show(path), "kind": kind, "reason": reason})
+        self.report["counts"][kind]["kept"] += 1
+
+    def unjudged(self, kind, path, why):
+        """PATH could not be judged: kept, reported, and the sweep goes on."""
+        self.keep(kind, path, f"could not be judged: {why}")
+        self.report["unjudged"].append(f"{_show(path)}: {why}")
+        self.log("warning", f"sweep kept {_show(path)}: could not be judged: {why}")
+
+    def error(self, path, message):
+        self._decided.add(path)
+        self.report["errors"].append(f"{_show(path)}: {message}")
+        self.log("warning", f"sweep error: {_show(path)}: {message}")
+
+    def check_budget(self):
+        if time.monotonic() > self.deadline:
+            raise _Budget()
+
+    def lstat_at(self, dir_fd, name):
+        """lstat NAME in DIR_FD; None when it is gone; _Unjudged when the
+        kernel refuses (a FUSE mount of another user answers EACCES)."""
+        try:
+            return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _Unjudged(f"lstat failed ({exc.strerror})") from exc
+
+    # -- facts about processes -------------------------------------------
+    def uids(self, pid):
+        """(real, effective, saved) uids of live process PID, or None when
+        there is none. A zombie is dead, unless its other threads still run.
+        Read from /proc, never from kill -0, which succeeds on a zombie."""
+        if pid in self._owners:
+            return self._owners[pid]
+        result = None
+        if pid > 0:
+            try:
+                with open(f"/proc/{pid}/status", "rb") as handle:
+                    fields = dict(line.split(b":", 1) for line in handle.read().splitlines() if b":" in line)
+                state = fields[b"State"].split()[0]
+                if state not in (b"Z", b"X") or int(fields.get(b"Threads", b"1")) > 1:
+                    result = tuple(int(uid) for uid in fields[b"Uid"].split()[:3])
+            except (OSError, KeyError, IndexError, ValueError):
+                result = None
+        self._owners[pid] = result
+        return result
+
+    def alive_as(self, pid, uid):
+        """PID is a live process running as UID (the owner of the file that
+        names it). A pid written in a file is evidence only of the file
+        owner's own process: a user cannot pin a display by writing pid 1
+        into a lock of theirs."""
+        uids = self.uids(pid)
+        return uids is not None and uid in uids
+
+    @staticmethod
+    def comm(pid):
+        try:
+            with open(f"/proc/{pid}/comm", "rb") as handle:
+                return _show(handle.read().strip().decode("utf-8", "backslashreplace"))
+        except OSError:
+            return "?"
+
+    @staticmethod
+    def pid_max():
+        try:
+            with open("/proc/sys/kernel/pid_max", "rb") as handle:
+                return int(handle.read())
+        except (OSError, ValueError):
+            return 4194304
+
+    def listener_answers(self, x_fd, name, st):
+        """Does a live socket still listen on the socket file NAME? A second,
+        independent fact before an orphan is removed: a non-blocking connect
+        to the very inode judged (through an O_PATH handle, so the path is not
+        resolved again): refused means nobody holds it. _Unjudged when the
+        answer is anything else."""
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=x_fd)
+        try:
+            if not os.path.samestat(st, os.fstat(fd)):
+                raise _Unjudged("changed while the sweep ran")
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.setblocking(False)
+                try:
+                    probe.connect(f"/proc/self/fd/{fd}")
+                except ConnectionRefusedError:
+                    return False
+                except (BlockingIOError, InterruptedError):
+                    return True  # a full backlog: a listener is there
+                except OSError as exc:
+                    if exc.errno == errno.EPROTOTYPE:
+                        return True  # bound by a socket of another type
+                    raise _Unjudged(f"connect failed ({exc.strerror})") from exc
+                return True
+        finally:
+            os.close(fd)
+
+    def holders(self, inodes):
+        """{socket inode: (pid, comm)}: one pass over /proc/*/fd, done only
+        when some X socket is held, to name who holds it (a report, not
+        evidence: "held" comes from the socket diagnostics)."""
+        wanted = {f"socket:[{inode}]": inode for inode in inodes}
+        found = {}
+        try:
+            pids = [entry.name for entry in os.scandir("/proc") if entry.name.isdigit()]
+        except OSError:
+            return found
+        for pid in pids:
+            if len(found) == len(wanted) or time.monotonic() > self.deadline:
+                break
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    inode = wanted.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
+                except OSError:
+                    continue
+                if inode is not None and inode not in found:
+                    found[inode] = (int(pid), self.comm(pid))
+        return found
+
+    # -- removal -----------------------------------------------------------
+    def remove(self, kind, dir_fd, name, path, expect):
+        """Unlink NAME relative to DIR_FD if it is still the entry we judged;
+        a directory goes only as far as its entries are the job uid's. With
+        test=True the same judgement is made, and nothing is removed."""
+        self.check_budget()
+        self._decided.add(path)
+        try:
+            now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if (now.st_ino, now.st_dev, stat.S_IFMT(now.st_mode), now.st_ctime_ns) != (
+                    expect.st_ino, expect.st_dev, stat.S_IFMT(expect.st_mode), expect.st_ctime_ns):
+                self.keep(kind, path, "changed while the sweep ran")
+                return False
+            if stat.S_ISDIR(now.st_mode):
+                if not self._remove_tree(kind, dir_fd, name, path, now):
+                    return False
+            elif not self.test:
+                os.unlink(name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return False
+        except (OSError, RecursionError) as exc:
+            self.error(path, f"could not remove: {exc}")
+            return False
+        self.report["would_remove" if self.test else "removed"].append(_show(path))
+        self.report["counts"][kind]["removed"] += 1
+        return True
+
+    def _remove_tree(self, kind, parent_fd, name, path, st):
+        """Remove the directory NAME (owned by the job's uid) relative to
+        PARENT_FD as far as it holds only the job uid's entries, at every
+        depth: another account's entry stays, with the directories on the
+        path to it, and both are reported. Never follows a symlink, never
+        leaves the file system. True when the whole tree went (or would go)."""
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+        whole = True
+        try:
+            if not os.path.samestat(st, os.fstat(fd)):
+                raise OSError(f"{_show(path)} changed while the sweep ran")
+            for entry in os.listdir(fd):
+                self.check_budget()
+                child = f"{path}/{entry}"
+                try:
+                    sub = os.stat(entry, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    self.unjudged(kind, child, f"lstat failed ({exc.strerror})")
+                    whole = False
+                    continue
+                if sub.st_uid != self.uid:
+                    self.keep(kind, child, f"owned by uid {sub.st_uid}, not the job's uid {self.uid}")
+                    whole = False
+                elif sub.st_dev != st.st_dev:
+                    self.keep(kind, child, "on another file system (a mount point)")
+                    whole = False
+                elif stat.S_ISDIR(sub.st_mode):
+                    whole = self._remove_tree(kind, fd, entry, child, sub) and whole
+                elif not self.test:
+                    os.unlink(entry, dir_fd=fd)
+        finally:
+            os.close(fd)
+        if not whole:
+            self.keep(kind, path, "on the path to entries of another account, kept with them")
+        elif not self.test:
+            os.rmdir(name, dir_fd=parent_fd)
+        return whole
+
+    # -- the decision table ------------------------------------------------
+    def read_lock(self, tmp_fd, name, st):
+        """(pid, None) for a well-formed lock, (None, why) otherwise. Opens
+        only a regular file, non-blocking and without following a symlink."""
+        if not stat.S_ISREG(st.st_mode):
+            return None, f"not a regular file ({_kind_of(st)})"
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=tmp_fd)
+        except OSError as exc:
+            return None, f"unreadable ({exc.strerror})"
+        try:
+            if not os.path.samestat(st, os.fstat(fd)):
+                return None, "changed while the sweep ran"
+            data = os.read(fd, 64)
+        except OSError as exc:
+            return None, f"unreadable ({exc.strerror})"
+        finally:
+            os.close(fd)
+        match = LOCK_CONTENT.match(data) if len(data) == 11 else None
+        if not match:
+            return None, f"malformed content {data[:16]!r} ({len(data)} bytes)"
+        pid = int(match.group(1))
+        if pid < 1 or pid > self.pid_max():
+            return None, f"malformed content: pid {pid} out of range"
+        return pid, None
+
+    def run(self):
+        try:
+            tmp_fd = os.open(TMP, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise CommandExecutionError(f"cannot open {TMP}: {exc.strerror}") from exc
+        started = time.monotonic()
+        try:
+            try:
+                names = os.listdir(tmp_fd)
+            except OSError as exc:
+                raise CommandExecutionError(f"cannot list {TMP}: {exc.strerror}") from exc
+            self._sweep(tmp_fd, names)
+        except _Budget:
+            self.report["budget_exhausted"] = True
+            self.report["left"] = sum(path not in self._decided for path in self._candidates)
+            self.log("warning", f"sweep budget of {self.budget}s exhausted; {self.report['left']} entries left for the next job end")
+        finally:
+            os.close(tmp_fd)
+        self.report["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
+        return self.report
+
+    def _sweep(self, tmp_fd, names):
+        locks, clsbd, scratch = {}, [], []
+        scratch_res = [_scratch_regex(p, self.job) for p in self.patterns] if self.job else []
+        for name in names:
+            if X_LOCK_LIKE.match(name):
+                match = X_LOCK_NAME.match(name)
+                if match:
+                    locks[int(match.group(1))] = name
+                else:
+                    self.keep("x_lock", f"{TMP}/{name}", "malformed lock name")
+            elif name.startswith("clsbd."):
+                clsbd.append(name)
+            elif not name.startswith(".") and any(regex.match(name) for regex in scratch_res):
+                scratch.append(name)
+        sockets, x_fd = self._x11_entries(tmp_fd)
+        self._candidates = ([f"{TMP}/{X11_DIR}/{name}" for name, _ in sockets.values()]
+                            + [f"{TMP}/{name}" for name in list(locks.values()) + clsbd + scratch])
+        try:
+            # The displays last: asking every network namespace is the one
+            # step a user can make slow (a namespace per process), and it
+            # must not use up the budget of the clsbd files and the scratch.
+            for name in clsbd:
+                self._one("clsbd", f"{TMP}/{name}", self._clsbd, tmp_fd, name)
+            for name in scratch:
+                self._one("scratch", f"{TMP}/{name}", self._scratch, tmp_fd, name)
+            self._displays(tmp_fd, x_fd, sockets, locks)
+        finally:
+            if x_fd is not None:
+                os.close(x_fd)
+
+    def _one(self, kind, path, judge, *args):
+        """Judge one entry; whatever goes wrong with it stays with it."""
+        try:
+            judge(*args)
+        except _Unjudged as exc:
+            self.unjudged(kind, path, str(exc))
+        except (OSError, ValueError) as exc:
+            self.unjudged(kind, path, f"{type(exc).__name__}: {exc}")
+
+    def _scratch(self, tmp_fd, name):
+        path = f"{TMP}/{name}"
+        st = self.lstat_at(tmp_fd, name)
+        if st is None:
+            return
+        if st.st_uid != self.uid:
+            # Only the job's user's own entries are its scratch.
+            self.keep("scratch", path, f"owned by uid {st.st_uid}, not the job's uid {self.uid}")
+            return
+        if self.remove("scratch", tmp_fd, name, path, st):
+            self.log("info", f"job scratch purged: {_show(path)}")
+
+    def _x11_entries(self, tmp_fd):
+        """{display: (name, lstat)} of the sockets in /tmp/.X11-unix, and an
+        open handle on it; ({}, None) when it is absent or not safe. An entry
+        that cannot be looked at is reported and kept; the others go on."""
+        path = f"{TMP}/{X11_DIR}"
+        try:
+            st = os.stat(X11_DIR, dir_fd=tmp_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return {}, None
+        except OSError as exc:
+            self.report["skipped"].append(f"{path}: cannot look at it ({exc.strerror}); its entries are left alone")
+            return {}, None
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
+            why = f"not a real directory ({_kind_of(st)})" if not stat.S_ISDIR(st.st_mode) else f"owned by uid {st.st_uid}, not root"
+            self.report["skipped"].append(f"{path}: {why}; its entries are left alone")
+            self.log("warning", f"sweep skipped {path}: {why}")
+            return {}, None
+        try:
+            x_fd = os.open(X11_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=tmp_fd)
+        except OSError as exc:
+            self.report["skipped"].append(f"{path}: cannot open ({exc.strerror})")
+            return {}, None
+        try:
+            if not os.path.samestat(st, os.fstat(x_fd)):
+                raise OSError("changed while the sweep ran")
+            names = os.listdir(x_fd)
+        except OSError as exc:
+            os.close(x_fd)
+            self.report["skipped"].append(f"{path}: {exc}")
+            return {}, None
+        sockets = {}
+        for name in names:
+            entry_path = f"{path}/{name}"
+            match = X_SOCKET_NAME.match(name)
+            if not match:
+                self.keep("x_socket", entry_path, "malformed name")
+                continue
+            try:
+                entry = self.lstat_at(x_fd, name)
+            except _Unjudged as exc:
+                self.unjudged("x_socket", entry_path, str(exc))
+                continue
+            if entry is None:
+                continue
+            if not stat.S_ISSOCK(entry.st_mode):
+                self.keep("x_socket", entry_path, f"not a socket ({_kind_of(entry)})")
+                continue
+            sockets[int(match.group(1))] = (name, entry)
+        return sockets, x_fd
+
+    def _displays(self, tmp_fd, x_fd, sockets, locks):
+        bound = bound_socket_files(self.deadline) if sockets else {}
+        held = [bound[(st.st_dev, st.st_ino & 0xFFFFFFFF)] for _, st in sockets.values()
+                if bound and (st.st_dev, st.st_ino & 0xFFFFFFFF) in bound]
+        self._holders = self.holders(held) if held else {}
+        for display in sorted(set(sockets) | set(locks)):
+            self.check_budget()
+            sock_path = f"{TMP}/{X11_DIR}/X{display}"
+            lock_path = f"{TMP}/{locks[display]}" if display in locks else None
+            try:
+                self._display(tmp_fd, x_fd, display, sockets.get(display), locks.get(display), bound)
+            except (_Unjudged, OSError, ValueError) as exc:
+                why = str(exc) if isinstance(exc, _Unjudged) else f"{type(exc).__name__}: {exc}"
+                for kind, path in (("x_socket", sock_path if display in sockets else None), ("x_lock", lock_path)):
+                    if path and path not in self._decided:
+                        self.unjudged(kind, path, why)
+
+    def _display(self, tmp_fd, x_fd, display, sock, lock_name, bound):
+        sock_path = f"{TMP}/{X11_DIR}/X{display}"
+        lock_pid, lock_problem, lock_st, lock_path = None, None, None, None
+        if lock_name:
+            lock_path = f"{TMP}/{lock_name}"
+            lock_st = self.lstat_at(tmp_fd, lock_name)
+            if lock_st is None:
+                lock_name = None
+            else:
+                lock_pid, lock_problem = self.read_lock(tmp_fd, lock_name, lock_st)
+        lock_alive = bool(lock_name and not lock_problem and self.alive_as(lock_pid, lock_st.st_uid))
+        purged = False
+        if sock:
+            name, st = sock
+            if bound is None:
+                reason = "unknown: the kernel's socket diagnostics cannot be read, cannot tell whether held"
+                self.keep("x_socket", sock_path, reason)
+                if lock_name:
+                    self.keep("x_lock", lock_path, reason)
+                return
+            sock_ino = bound.get((st.st_dev, st.st_ino & 0xFFFFFFFF))
+            if sock_ino is not None or self.listener_answers(x_fd, name, st):
+                holder = self._holders.get(sock_ino)
+                reason = (f"held by pid {holder[0]} ({holder[1]})" if holder else
+                          "held: a live socket is bound to it" if sock_ino is not None else
+                          "held: a listener answers on it")
+                self.keep("x_socket", sock_path, reason)
+                if lock_name:
+                    self.keep("x_lock", lock_path, f"its socket is {reason}")
+                return
+            if lock_name and lock_problem:
+                self.keep("x_socket", sock_path, f"its lock is {lock_problem}; cannot tell whether the display is in use")
+                self.keep("x_lock", lock_path, lock_problem)
+                self.log("warning", f"kept display :{display}: lock {_show(lock_path)} is {lock_problem}")
+                return
+            if lock_alive:
+                reason = f"lock pid {lock_pid} alive ({self.comm(lock_pid)})"
+                self.keep("x_socket", sock_path, f"orphan socket, but {reason}")
+                self.keep("x_lock", lock_path, reason)
+                return
+            purged = self.remove("x_socket", x_fd, name, sock_path, st)
+            if lock_name:
+                purged = self.remove("x_lock", tmp_fd, lock_name, lock_path, lock_st) or purged
+        elif lock_name:
+            if lock_problem:
+                self.keep("x_lock", lock_path, lock_problem)
+                self.log("warning", f"kept {_show(lock_path)}: {lock_problem}")
+                return
+            if lock_alive:
+                self.keep("x_lock", lock_path, f"lock pid {lock_pid} alive ({self.comm(lock_pid)})")
+                return
+            purged = self.remove("x_lock", tmp_fd, lock_name, lock_path, lock_st)
+        if purged:
+            self.log("info", f"stale X display purged: :{display}")
+
+    def _clsbd(self, tmp_fd, name):
+        self.check_budget()
+        path = f"{TMP}/{name}"
+        match = CLSBD_NAME.match(name)
+        if not match:
+            self.keep("clsbd", path, "malformed name (expected clsbd.<user>.<pid>)")
+            return
+        st = self.lstat_at(tmp_fd, name)
+        if st is None:
+            return
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
+            self.keep("clsbd", path, f"not a regular file or socket ({_kind_of(st)})")
+            return
+        pid = int(match.group(2)) if len(match.group(2)) <= 10 else 0
+        if pid < 1 or pid > self.pid_max():
+            self.keep("clsbd", path, f"malformed name: pid {match.group(2)[:12]} out of range")
+            return
+        if self.alive_as(pid, st.st_uid):
+            self.keep("clsbd", path, f"pid {pid} alive ({self.comm(pid)})")
+            return
+        if self.remove("clsbd", tmp_fd, name, path, st):
+            self.log("info", f"stale clsbd purged: {_show(path)}")
+
+
+def _kind_of(st):
+    mode = st.st_mode
+    for test, word in ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return word
+    return "unknown type"
+
+
+def _scratch_regex(pattern, job):
+    """slurm{jobid}* for job 12 matches slurm12.x but not slurm123 (another job)."""
+    head, tail = pattern.split("{jobid}", 1)
+
+    def glob(chunk):
+        return re.escape(chunk).replace(r"\*", ".*").replace(r"\?", ".")
+
+    return re.compile(glob(head) + r"(?<![0-9])" + re.escape(job) + r"(?![0-9])" + glob(tail) + r"\Z", re.S)
+
+
+def _check_args(job, patterns, budget, uid):
+    if job is not None:
+        job = str(job)
+        if not job.isdigit():
+            raise CommandExecutionError(f"job must be a numeric Slurm job id, got {job!r}")
+        if uid is None or not str(uid).isdigit() or not 1 <= int(uid) <= 4294967294:
+            raise CommandExecutionError("a job's scratch is removed only with the job's user (its uid): give user=")
+        uid = int(uid)
+    for pattern in patterns:
+        if not isinstance(pattern, str) or not PATTERN_OK.match(pattern):
+            raise CommandExecutionError(
+                f"scratch pattern {pattern!r} must hold {{jobid}} once and only letters, digits and . _ - * ?, "
+                "and may not start with a wildcard or a dot")
+    try:
+        budget = float(budget)
+    except (TypeError, ValueError) as exc:
+        raise CommandExecutionError(f"budget must be a number of seconds, got {budget!r}") from exc
+    if not 0 < budget <= 3600:
+        raise CommandExecutionError(f"budget must be between 0 and 3600 seconds, got {budget}")
+    return job, list(patterns), budget, uid
+
+
+def run_sweep(test=False, job=None, patterns=(), budget=10, log_file=None, source="epilog.sweep", user=None,
+              uid=None, log_fd=None, release=None):
+    """The sweep, as both callers run it. With JOB, that job's scratch goes
+    too, and only the entries owned by UID. Returns the report dict; raises
+    CommandExecutionError when the sweep itself cannot run."""
+    job, patterns, budget, uid = _check_args(job, patterns, budget, uid)
+    # A preview (test=True) changes nothing, the log included.
+    log = _Log(log_file, source, job=job, user=user, enabled=not test, log_fd=log_fd, release=release)
+    return _Sweep(bool(test), job, patterns, budget, log, uid=uid).run()
+
+
+# -- Salt ---------------------------------------------------------------------
+def _plain(value):
+    """VALUE as plain dicts, lists and scalars (Salt 3008 wraps pillar data)."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _settings():
+    # Salt 3008 hands modules masked pillar values (pillar.get needs
+    # unmask=True, which 3006 does not know); __pillar__ reads plain on both.
+    pillar = _plain(__pillar__.get("epilog", {}))  # noqa: F821 - a Salt dunder
+    settings = dict(DEFAULTS)
+    lookup = pillar.get("lookup", {}) if isinstance(pillar, dict) else {}
+    for source in (lookup, pillar if isinstance(pillar, dict) else {}):
+        settings.update({key: source[key] for key in DEFAULTS if key in source})
+    return settings
+
+
+def sweep(test=None, job=None, user=None, budget=None):
+    """
+    Sweep /tmp for residue of crashed X/VNC servers and Cadence clients
+    (orphan /tmp/.X11-unix/X<N> sockets, stale /tmp/.X<N>-lock files, dead
+    /tmp/clsbd.<user>.<pid> files) and, with ``job``, that job's scratch
+    (``epilog:scratch_patterns``). Removes only what no live process holds.
+
+    Returns a report: ``removed`` (or, with ``test=True``, ``would_remove``),
+    ``kept`` with a reason for each path, ``errors``, ``skipped`` and
+    ``counts`` per kind. Raises an error (exit code 1) only when the sweep
+    itself cannot run.
+
+    test
+        Report what would be removed and remove nothing. Defaults to the
+        minion's ``test`` option.
+
+    job
+        A Slurm job id: also remove that job's scratch entries, those owned
+        by ``user``.
+
+    user
+        The job's user; needed with ``job``.
+
+    budget
+        Seconds the sweep may take (default ``epilog:sweep_budget``).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-call epilog.sweep
+        salt '*' epilog.sweep test=True
+        salt '*' epilog.sweep job=1234 user=alice
+    """
+    if test is None:
+        test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
+    settings = _settings()
+    uid = None
+    if user is not None:
+        import pwd  # pylint: disable=import-outside-toplevel
+        try:
+            uid = pwd.getpwnam(str(user)).pw_uid
+        except KeyError as exc:
+            raise CommandExecutionError(f"no account {user!r} on this node") from exc
+    return run_sweep(
+        test=test, job=job, patterns=settings["scratch_patterns"],
+        budget=settings["sweep_budget"] if budget is None else budget,
+        log_file=settings["log_file"], source="epilog.sweep", user=user, uid=uid,
+    )
+
+
+def _managed():
+    """The files and directories the state lays down, read from the state
+    itself (state.show_low_sls), so this list cannot drift from it."""
+    low = __salt__["state.show_low_sls"]("epilog")  # noqa: F821 - a Salt dunder
+    if not isinstance(low, list) or any(not isinstance(chunk, dict) for chunk in low):
+        # A render error names the bad entry on one line; the rest is Salt's context dump.
+        text = "\n".join(map(str, low)) if isinstance(low, list) else str(low)
+        found = re.search(r"Jinja error: ([^\n]*)", text)
+        raise CommandExecutionError(f"the state epilog does not render: {found.group(1) if found else low}")
+    files, dirs = [], []
+    for chunk in low:
+        if chunk.get("state") != "file":
+            continue
+        if chunk.get("fun") == "managed":
+            files.append({
+                "path": chunk["name"],
+                "mode": int(str(chunk.get("mode", "0644")), 8),
+                "script": "bash -n" in str(chunk.get("check_cmd", "")),
+            })
+        elif chunk.get("fun") == "directory":
+            dirs.append(chunk["name"])
+    return files, dirs
+
+
+def _which(tool):
+    for directory in SCRIPT_PATH.split(":"):
+        path = os.path.join(directory, tool)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+_CONF_PAIR = re.compile(r'\s*([A-Za-z][A-Za-z0-9_]*)\s*=\s*(?:"([^"]*)"|(\S*))')
+_CONF_INCLUDE = re.compile(r"\s*include\s+(\S.*?)\s*\Z", re.I)
+CONF_KEYS = ("epilog", "prolog", "prologflags", "slurmdspooldir", "epilogtimeout", "prologtimeout",
+             "prologepilogtimeout")
+
+
+CONF_FILES_MAX = 64
+
+
+def _plain_text(text):
+    """TEXT as is when every character prints, else its repr: what a
+    slurm.conf says reaches a state's name and YAML, which refuses control
+    characters."""
+    return text if text.isprintable() else repr(text)
+
+
+def parse_slurm_conf(path, _depth=0, _budget=None):
+    """slurm.conf as Slurm reads it: keys in any case, spaces around '=',
+    quoted values, several pairs on a line, '#' comments ('\\#' is a
+    literal '#'), Include (relative to the including file's directory,
+    globs allowed) read in place. Returns ({key lowercased: [values in
+    order]}, [files read], [problems]); the last value is the one Slurm uses
+    (Epilog= and Prolog= may be given more than once from 24.05). At most
+    CONF_FILES_MAX files are read in all (an Include that names itself, or
+    a glob of files that include each other, is a problem, not a hang)."""
+    import glob  # pylint: disable=import-outside-toplevel
+    values, files, problems = {}, [], []
+    shown = _plain_text(path)
+    budget = [CONF_FILES_MAX] if _budget is None else _budget
+    if budget[0] <= 0:
+        return values, files, [f"{shown}: not read, more than {CONF_FILES_MAX} files included in all"]
+    budget[0] -= 1
+    try:
+        # never blocks on a FIFO, never reads a device or more than 4 MiB
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return values, files, [f"{shown} is not a regular file"]
+            data = os.read(fd, 4 << 20)
+        finally:
+            os.close(fd)
+    except (OSError, ValueError) as exc:
+        return values, files, [f"{shown} cannot be read: {getattr(exc, 'strerror', None) or exc}"]
+    files.append(path)
+    # a trailing backslash continues the line, as Slurm joins them
+    text = re.sub(r"\\\n", "", data.decode("utf-8", "replace"))
+    for raw in text.splitlines():
+        # '#' starts a comment unless escaped; then Slurm drops every
+        # backslash left (its escape character)
+        line = re.sub(r"(?<!\\)#.*", "", raw).replace("\\", "")
+        include = _CONF_INCLUDE.match(line)
+        if include:
+            target = include.group(1).strip('"')
+            if not os.path.isabs(target):
+                target = os.path.join(os.path.dirname(path), target)
+            found = sorted(glob.glob(target)) if glob.has_magic(target) else [target]
+            if not found:
+                named = include.group(1)
+                problems.append(f"{shown}: Include {_plain_text(named)} names no file")
+            if _depth >= 10:
+                problems.append(f"{shown}: Include nested more than 10 deep")
+                continue
+            for name in found:
+                sub_values, sub_files, sub_problems = parse_slurm_conf(name, _depth + 1, budget)
+                for key, items in sub_values.items():
+                    values.setdefault(key, []).extend(items)
+                files.extend(sub_files)
+                problems.extend(sub_problems)
+            continue
+        pos = 0
+        while True:
+            pair = _CONF_PAIR.match(line, pos)
+            if not pair:
+                break
+            values.setdefault(pair.group(1).lower(), []).append(
+                pair.group(2) if pair.group(2) is not None else pair.group(3))
+            pos = pair.end()
+    return values, files, problems
+
+
+def _slurmd_conf_paths():
+    """The slurm.conf each running slurmd reads: its -f, or its SLURM_CONF."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+            if exe not in ("slurmd", "slurmd (deleted)") or os.stat(f"/proc/{pid}").st_uid != 0:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read().decode(errors="replace").split("\0")
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                env = dict(item.split("=", 1) for item in handle.read().decode(errors="replace").split("\0")
+                           if "=" in item)
+        except OSError:
+            continue
+        conf = None
+        for i, arg in enumerate(argv):
+            if arg == "-f" and i + 1 < len(argv):
+                conf = argv[i + 1]
+            elif arg.startswith("-f") and len(arg) > 2:
+                conf = arg[2:]
+        conf = conf or env.get("SLURM_CONF")
+        if conf:
+            out.append(conf if os.path.isabs(conf) else os.path.join(f"/proc/{pid}/cwd", conf))
+    return out
+
+
+def _slurm_confs(settings, also=()):
+    """Every slurm.conf that may be the node's, in the order verify trusts
+    them: $SLURM_CONF, slurm_config_dir/slurm.conf, /etc/slurm/slurm.conf,
+    what a running slurmd reads, and a configless node's cache in its
+    spool; then the slurm.conf in each directory of ALSO. Returns
+    [(path, how)] of those that exist."""
+    candidates = [(os.environ.get("SLURM_CONF"), "SLURM_CONF"),
+                  (os.path.join(settings["slurm_config_dir"], "slurm.conf"), "slurm_config_dir"),
+                  ("/etc/slurm/slurm.conf", "default")]
+    candidates += [(os.path.join(directory, "slurm.conf"), "given") for directory in also]
+    candidates += [(path, "slurmd") for path in _slurmd_conf_paths()]
+    candidates += [(os.path.join(settings["slurmd_spool_dir"], "conf-cache", "slurm.conf"), "configless")]
+    out, seen = [], set()
+    for path, how in candidates:
+        if path and os.path.normpath(path) not in seen and os.path.lexists(path):
+            seen.add(os.path.normpath(path))
+            out.append((path, how))
+    return out
+
+
+def _slurm_conf_epilog(settings):
+    """(path of the slurm.conf verify reads, {key: last value} of CONF_KEYS,
+    problems reading it, how it was found), or (None, {}, [], None)."""
+    confs = _slurm_confs(settings)
+    if not confs:
+        return None, {}, [], None
+    path, how = confs[0]
+    values, _, problems = parse_slurm_conf(path)
+    found = {key: items[-1] for key, items in values.items() if key in CONF_KEYS and items}
+    found["_epilogs"] = values.get("epilog", [])
+    return path, found, problems, how
+
+
+def _roots_chain(directory):
+    """Whether DIRECTORY holds a chain this formula laid down: a name the
+    pillar's path rule allows, outside any release, only root can write it
+    and its ancestors (so no other account can pass a directory of its own,
+    or swap one in, for a chain), and root's own epilog-releases directory
+    in it (never followed)."""
+    if not PATH_OK.match(directory) or "epilog-releases" in directory.split("/"):
+        return False
+    try:
+        st = os.lstat(os.path.join(directory, "epilog-releases"))
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022 and _root_only(directory)
+
+
+def chain_wired(slurm_config_dir=None):
+    """
+    Whether any slurm.conf of this node still names the chain under
+    SLURM_CONFIG_DIR (the pillar's by default) in Epilog= or Prolog=, read
+    the way Slurm reads it (Include, quotes, any case, $SLURM_CONF, what
+    slurmd was started with, a configless node's cache, and
+    SLURM_CONFIG_DIR's own slurm.conf). ``epilog.clean`` refuses unless
+    ``wired`` is empty and ``known`` is True.
+
+    ``elsewhere`` lists each Epilog=/Prolog= that names the runner of
+    another chain of this formula's (``conf``, ``key``, ``value``, ``dir``),
+    and ``old_dirs`` those directories: after a rename of
+    ``slurm_config_dir``, the old chain slurmd still runs, which no longer
+    gets the pillar's updates. Only a slurm.conf that only root can write
+    counts there, and only a directory that only root can write holding
+    root's epilog-releases.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-call epilog.chain_wired
+        salt-call epilog.chain_wired slurm_config_dir=/etc/slurm-old
+    """
+    settings = _settings()
+    confdir = os.path.normpath(slurm_config_dir or settings["slurm_config_dir"])
+    mine = {confdir, os.path.realpath(confdir)}
+    report = {"known": True, "wired": [], "unknown": [], "read": [], "elsewhere": [], "old_dirs": []}
+    confs = _slurm_confs(settings, also=[confdir])
+    if not confs:
+        report["known"] = False
+        report["unknown"].append("no slurm.conf found ($SLURM_CONF, slurm_config_dir, /etc/slurm, slurmd's, "
+                                 "the configless cache): cannot tell whether it names the chain")
+    for path, _ in confs:
+        values, files, problems = parse_slurm_conf(path)
+        report["read"].extend(files)
+        if problems:
+            report["known"] = False
+            report["unknown"].extend(problems)
+        # what another account can write may say anything: it may refuse a
+        # clean, never point one elsewhere
+        trusted = all(_root_file(name) for name in files)
+        for key in ("epilog", "prolog"):
+            for value in values.get(key, []):
+                # a relative value is Slurm's, in slurm.conf's directory; the
+                # path is compared resolved (//x, symlinked directories)
+                target = os.path.join(os.path.dirname(path), value)
+                try:
+                    resolved = os.path.realpath(target.split("*", 1)[0] or "/")
+                    where = os.path.realpath(os.path.dirname(target))
+                except ValueError:  # a NUL byte: not a path Slurm can run either
+                    report["known"] = False
+                    report["unknown"].append(f"{_plain_text(path)} has {key.capitalize()}={value!r}, not a path")
+                    continue
+                if any(p == d or p.startswith(d.rstrip("/") + "/") for d in mine for p in (resolved, where)):
+                    report["wired"].append(f"{_plain_text(path)} names {_plain_text(value)} ({key.capitalize()}=)")
+                    continue
+                # the runner of another chain of this formula's (the
+                # slurm_config_dir before a rename): it no longer gets the
+                # pillar's updates, yet slurmd runs it
+                if (trusted and not glob_magic(value) and os.path.basename(target) == f"{key}.sh"
+                        and _roots_chain(where)):
+                    report["elsewhere"].append({"conf": path, "key": key.capitalize(), "value": value, "dir": where})
+                    if where not in report["old_dirs"]:
+                        report["old_dirs"].append(where)
+    return report
+
+
+def glob_magic(value):
+    return any(char in value for char in "*?[")
+
+
+def _chain_time_problems(settings, conf_found):
+    """The chain's worst case against its own deadline, and that deadline
+    against Slurm's: a part gets part_timeout plus 2 s to die, the squeue
+    fallback squeue_timeout plus 1, the wait for the user's lock 10 s, and
+    the runner keeps 5 s for killing a
+    part, its whole-second clock and the syslog flush; slurmd kills an
+    epilog that outlives EpilogTimeout (PrologEpilogTimeout before Slurm
+    25.05) and drains the node."""
+    problems = []
+    chain = int(settings["chain_timeout"])
+    parts = set()
+    # the release's own parts and the site's: the runner runs both
+    for parts_dir in (os.path.join(settings["slurm_config_dir"], "epilog-releases", "current", "epilog.d"),
+                      os.path.join(settings["slurm_config_dir"], "epilog.d")):
+        try:
+            parts.update(name for name in os.listdir(parts_dir) if re.fullmatch(r"[0-9]{2}-[A-Za-z0-9_-]+", name)
+                         and os.access(os.path.join(parts_dir, name), os.X_OK))
+        except OSError:
+            pass
+    worst = len(parts) * (int(settings["part_timeout"]) + 2) + 10 + int(settings["squeue_timeout"]) + 1 + 5
+    if worst > chain:
+        problems.append(f"the epilog chain's worst case is {worst} s ({len(parts)} parts x (part_timeout "
+                        f"{settings['part_timeout']} + 2) + 10 for the user's lock + squeue_timeout "
+                        f"{settings['squeue_timeout']} + 1 + 5), "
+                        f"above epilog:chain_timeout {chain}: the last parts would be cut off")
+    for key in ("epilogtimeout", "prologepilogtimeout"):
+        value = conf_found.get(key, "").strip()
+        if value.isdigit():
+            if chain >= int(value):
+                problems.append(f"epilog:chain_timeout ({chain} s) is not below slurm.conf's {key} ({value} s): "
+                                "slurmd would kill a slow epilog and drain the node")
+            break
+    return problems
+
+
+def verify(expect=None):
+    """
+    Check, without changing anything, that the epilog chain on this node is
+    what the state lays down and that it can run:
+
+    - the current release (epilog-releases/current) matches the sha256
+      manifest recorded when it was made current, and is the release the
+      state lays down now; epilog.sh, prolog.sh and localusers.backup are
+      the symlinks to it;
+
+    - each managed file's content, owner and mode equal what ``state.apply
+      epilog`` would lay down now (a ``test=True`` run of the state);
+    - root owns each file, group and others cannot write it, scripts are
+      executable and pass ``bash -n``;
+    - ``localusers.backup`` is readable and holds exactly the pillar list;
+    - the tools the parts run are on the PATH the parts set;
+    - slurm.conf's ``Epilog=`` points at the laid-down ``epilog.sh``, when
+      slurm.conf is readable.
+
+    Returns ``result`` (True when nothing is wrong), ``problems`` in plain
+    words, each naming its file, ``notes``, the ``checked`` paths, the
+    ``release`` id that is current and its ``manifest`` (path: sha256).
+
+    expect
+        The release id every node should run: a different one is a problem.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt 'slurm-work-*' epilog.verify
+        salt 'slurm-work-*' epilog.verify expect=0123456789ab
+    """
+    problems, notes = [], []
+    settings = _settings()
+    try:
+        status = _release_tool(settings, "status")
+    except CommandExecutionError as exc:
+        status = {"problems": [str(exc)]}
+    if status is None:
+        status = {"problems": [f"{settings['slurm_config_dir']}/epilog-releases/release.py is missing: the chain "
+                               "is not laid down"]}
+    problems.extend(status.get("problems", []))
+    release, manifest, content = status.get("release"), status.get("manifest") or {}, status.get("content")
+    # The CLI reads an all-digit id as a number (YAML): compare it as one.
+    if isinstance(expect, int) and release and release.isdigit():
+        expect = release if int(release) == expect or (release[0] == "0" and int(release, 8) == expect) else expect
+    if expect is not None and str(expect) not in (release, content):
+        problems.append(f"the current release is {release} (content {content}), not the expected {expect}")
+    try:
+        files, dirs = _managed()
+    except CommandExecutionError as exc:
+        return {"result": False, "problems": problems + [str(exc)], "notes": notes, "checked": [],
+                "release": release, "manifest": manifest, "content": content}
+
+    preview = __salt__["state.sls"]("epilog", test=True)  # noqa: F821 - a Salt dunder
+    if not isinstance(preview, dict):
+        problems.append(f"the state epilog cannot be previewed: {preview}")
+    else:
+        for state in preview.values():
+            name, changes = state.get("name"), state.get("changes") or {}
+            if state.get("result") is False:
+                problems.append(f"{name}: {state.get('comment')}")
+            elif str(state.get("__id__", "")).endswith("release-switch-cmd-run") and state.get("result") is None:
+                wanted = name.split(" activate ", 1)[-1].split(" ", 1)[0]
+                problems.append(f"the release the state lays down now ({wanted}) is not current (current: {release})")
+            elif changes:
+                what = "is missing" if "newfile" in changes or "directory" in str(changes.get(name, "")) else \
+                    f"differs from what the state lays down now ({', '.join(sorted(changes))})"
+                if "pkg" in str(state.get("__id__", "")):
+                    what = "is not installed"
+                problems.append(f"{name} {what}")
+
+    for item in files:
+        path = item["path"]
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue  # reported by the preview
+        if not stat.S_ISREG(st.st_mode):
+            problems.append(f"{path} is not a regular file ({_kind_of(st)})")
+            continue
+        if st.st_uid != 0:
+            problems.append(f"{path} is owned by uid {st.st_uid}, not root")
+        if st.st_mode & 0o022:
+            problems.append(f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})")
+        if item["script"]:
+            if not st.st_mode & 0o100:
+                problems.append(f"{path} is not executable")
+            syntax = subprocess.run(["/bin/bash", "-n", path], capture_output=True, text=True, check=False)
+            if syntax.returncode != 0:
+                problems.append(f"{path} fails bash -n: {syntax.stderr.strip()}")
+    for path in dirs + [settings["slurm_config_dir"]]:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+            problems.append(f"{path} must be a directory owned by root and not writable by group or others")
+    # What root runs: anyone who can write slurm_config_dir or one of its
+    # ancestors can swap the chain, and anyone who can write a site's part
+    # runs code as root at the next job end.
+    if os.path.isdir(settings["slurm_config_dir"]) and not _root_only(settings["slurm_config_dir"]):
+        problems.append(f"{settings['slurm_config_dir']} (epilog:slurm_config_dir) or one of its ancestors is a "
+                        "symlink, not root's, or writable by another account (and not sticky): that account can "
+                        "replace the chain root runs")
+    for stage in ("epilog.d", "prolog.d"):
+        site_dir = os.path.join(settings["slurm_config_dir"], stage)
+        try:
+            names = sorted(os.listdir(site_dir))
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(site_dir, name)
+            if not re.fullmatch(r"[0-9]{2}-[A-Za-z0-9_-]+", name):
+                continue
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                problems.append(f"{path} is a symlink: the runner runs only regular files of root's as site parts "
+                                "(what a link points to may sit where another account can write); it skips it")
+            elif stat.S_ISREG(st.st_mode) and st.st_mode & 0o111 and (st.st_uid != 0 or st.st_mode & 0o022):
+                problems.append(f"{path} is run by root at every job end, but it is owned by uid {st.st_uid} or "
+                                f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}): that account "
+                                "runs code as root; the runner skips it")
+
+    backup = os.path.join(settings["slurm_config_dir"], "localusers.backup")
+    try:
+        with open(backup, encoding="utf-8", errors="strict") as handle:
+            listed = handle.read().splitlines()
+        if listed != list(settings["localusers"]):
+            problems.append(f"{backup} does not hold exactly the pillar's localusers {settings['localusers']}: {listed}")
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(f"{backup} is not readable: {exc}")
+
+    for tool in TOOLS:
+        if not _which(tool):
+            problems.append(f"{tool} is not installed (the parts look in {SCRIPT_PATH})")
+    if bound_socket_files() is None:
+        problems.append("the kernel's unix socket diagnostics (NETLINK_SOCK_DIAG) cannot be read: the sweep "
+                        "cannot tell whether an X socket is held, and keeps them all")
+    for key, what in (("log_file", "the parts never open the log"), ("ssh_allow_file", "39 and 50 leave it alone")):
+        directory = os.path.dirname(settings[key]) or "/"
+        if not _root_only(directory):
+            problems.append(f"{directory} (epilog:{key}) is not a directory only root can write (it, or an ancestor "
+                            f"that is not sticky, is a symlink, not root's, or writable by group or others): {what}")
+    if os.path.lexists(settings["run_dir"]) and not _root_only(settings["run_dir"]):
+        problems.append(f"{settings['run_dir']} (epilog:run_dir) is not a directory only root can write: the "
+                        "epilog cannot trust the job marks there, and asks squeue instead")
+    if not _root_only(settings["slurmd_spool_dir"]):
+        notes.append(f"{settings['slurmd_spool_dir']} (epilog:slurmd_spool_dir) is not a directory only root can "
+                     "write (Debian's /var/lib/slurm/slurmd belongs to slurm): the last-job check skips its step "
+                     "sockets and asks pgrep, then squeue")
+    try:
+        wired = chain_wired()
+    except OSError as exc:
+        wired = {"elsewhere": []}
+        problems.append(f"slurm.conf cannot be read for Epilog=/Prolog=: {exc}")
+    for item in wired["elsewhere"]:
+        problems.append(f"{item['conf']} has {item['key']}={item['value']}: slurmd runs the chain in {item['dir']}, "
+                        f"not the one in epilog:slurm_config_dir {settings['slurm_config_dir']} (renamed?), and "
+                        f"that old chain no longer gets the pillar's updates. Point {item['key']}= at "
+                        f"{settings['slurm_config_dir']}/{item['key'].lower()}.sh, run scontrol reconfigure, then "
+                        f"remove the old one: state.apply epilog.clean "
+                        f"pillar='{{\"epilog_clean\": {{\"slurm_config_dir\": \"{item['dir']}\"}}}}'")
+    conf, found, conf_problems, how = _slurm_conf_epilog(settings)
+    problems.extend(_chain_time_problems(settings, conf_found=found))
+    epilog_sh = os.path.join(settings["slurm_config_dir"], "epilog.sh")
+    problems.extend(conf_problems)
+    if conf is None:
+        problems.append("no slurm.conf found here ($SLURM_CONF, slurm_config_dir, /etc/slurm, slurmd's, the "
+                        "configless cache): Epilog= cannot be checked")
+    elif how == "configless":
+        problems.append(f"this node runs configless: {conf} is slurmd's cache of the controller's slurm.conf; check "
+                        "Epilog=/Prolog= in the controller's")
+    if conf is None:
+        pass
+    elif len(set(found["_epilogs"])) > 1:
+        problems.append(f"{conf} gives Epilog= {len(found['_epilogs'])} times ({', '.join(found['_epilogs'])}): "
+                        f"Slurm before 24.05 runs only the last, later ones run each (want only Epilog={epilog_sh})")
+    elif "epilog" not in found:
+        problems.append(f"{conf} has no Epilog=: the chain never runs (want Epilog={epilog_sh})")
+    elif found["epilog"].endswith("*"):
+        problems.append(f"{conf} has Epilog={found['epilog']}: Slurm runs a glob in reverse order (want Epilog={epilog_sh})")
+    elif os.path.normpath(found["epilog"]) != os.path.normpath(epilog_sh):
+        problems.append(f"{conf} has Epilog={found['epilog']}, not the laid-down {epilog_sh}")
+    if conf is not None:
+        prolog_sh = os.path.join(settings["slurm_config_dir"], "prolog.sh")
+        if os.path.normpath(found.get("prolog", "")) != os.path.normpath(prolog_sh):
+            problems.append(f"{conf} has Prolog={found.get('prolog', '')}, not the laid-down {prolog_sh}")
+        flags = {flag.lower() for flag in found.get("prologflags", "").split(",")}
+        if not {"alloc", "contain"} <= flags:
+            problems.append(f"{conf} has PrologFlags={found.get('prologflags', '')}: want Alloc,Contain (the prolog "
+                            "opens ssh at allocation; every allocation needs a step for the last-job check)")
+        spool = found.get("slurmdspooldir", "/var/spool/slurmd")
+        if os.path.normpath(spool) != os.path.normpath(settings["slurmd_spool_dir"]):
+            problems.append(f"{conf} has SlurmdSpoolDir={spool}, but epilog:slurmd_spool_dir is "
+                            f"{settings['slurmd_spool_dir']}")
+
+    return {"result": not problems, "problems": problems, "notes": notes,
+            "checked": sorted([item["path"] for item in files] + dirs), "release": release, "manifest": manifest,
+            "content": content}
+
+
+def _readlink(path):
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def _release_tool(settings, *args, tool=None):
+    """Run the node's release.py (what the state laid down; or TOOL) with
+    ARGS; its JSON report, or None when the node has no releases."""
+    confdir = settings["slurm_config_dir"]
+    tool = tool or os.path.join(confdir, "epilog-releases", "release.py")
+    if not os.path.isfile(tool):
+        return None
+    proc = subprocess.run(["/usr/bin/python3", "-I", "-B", tool, "--root", confdir, *args],
+                          capture_output=True, text=True, check=False)
+    try:
+        return json.loads(proc.stdout)
+    except ValueError as exc:
+        raise CommandExecutionError(f"{tool} {' '.join(args)} failed (rc={proc.returncode}): "
+                                    f"{(proc.stderr or proc.stdout).strip()[-500:]}") from exc
+
+
+def rollback(test=None, checkpoint=None):
+    """
+    Switch this node's epilog chain back to exactly the release that was
+    current before the current one, with one rename: a job end that has
+    started keeps the release it started with, the next one runs the
+    previous release, complete. The release must still match the sha256
+    manifest recorded when it was first made current.
+
+    Only releases of the chain count (epilog-releases/ under
+    slurm_config_dir; ``epilog.clean`` removes them all). With no previous
+    release it says so and changes nothing. A second rollback switches
+    forward again. The next ``state.apply epilog`` makes the pillar's
+    release current again: fix the pillar or the formula first.
+
+    Use it when a deploy must be undone at once (the SOP's triggers: a health
+    check fails, a checksum is not the expected one, slurmd logs ``epilog
+    failed`` or a node drains, a live display is wrongly removed).
+
+    Returns ``result``, ``release`` (current before), ``to``, ``switched``,
+    ``switch_seconds`` (the rename itself) and a ``comment``.
+
+    test
+        Name the release it would switch to, and change nothing. Defaults to
+        the minion's ``test`` option.
+
+    checkpoint
+        Switch back to exactly the release that was current when the
+        checkpoint of this name was taken (``epilog.checkpoint``; the staged
+        rollout takes one per node), and change nothing when it is current.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt 'slurm-work-*' epilog.rollback test=True
+        salt -b 1 'slurm-work-*' epilog.rollback
+        salt 'slurm-work-*' epilog.rollback checkpoint=rollout-20261201T1000-1a2b3c
+    """
+    if test is None:
+        test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
+    settings = _settings()
+    args = ["--test"] if test else []
+    if checkpoint is not None:
+        if not isinstance(checkpoint, str):
+            raise CommandExecutionError(f"checkpoint name {checkpoint!r} is not a string; start it with a letter")
+        args.append(f"--to-checkpoint={checkpoint}")
+    report = _release_tool(settings, "rollback", *args)
+    if report is None:
+        return {"result": False, "test": bool(test), "switched": False, "release": None, "to": None,
+                "comment": f"no releases under {settings['slurm_config_dir']}/epilog-releases: nothing to roll back"}
+    return report
+
+
+def checkpoint(name, test=None):
+    """
+    Record, under NAME, the release that is current on this node, so that
+    ``epilog.rollback checkpoint=NAME`` can return to exactly it, however
+    many switches happen in between. The first record of a name is kept:
+    taking it again changes nothing. The staged rollout
+    (``salt-run state.orchestrate epilog.rollout``) takes one on each node
+    before it applies there.
+
+    Returns ``result``, ``checkpoint``, ``release`` (what the name records;
+    None when no release was current), ``recorded`` and a ``comment``.
+
+    name
+        A letter, then up to 63 letters, digits and ``. _ -``.
+
+    test
+        Say what it would record, and change nothing.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt 'slurm-work-*' epilog.checkpoint before-upgrade
+    """
+    if test is None:
+        test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
+    if not isinstance(name, str):
+        # the CLI reads 0123 as 123, 12:30 as 750, null as None: quote it
+        raise CommandExecutionError(f"checkpoint name {name!r} is not a string; start it with a letter")
+    settings = _settings()
+    args = ["checkpoint", *(["--test"] if test else []), "--", name]
+    try:
+        report = _release_tool(settings, *args)
+    except CommandExecutionError as exc:
+        if "invalid choice" not in str(exc):
+            raise
+        # the node's release.py predates checkpoints (the apply this
+        # checkpoint guards updates it): record it with the formula's
+        # release.py, fetched from the master into root's cache
+        tool = __salt__["cp.cache_file"]("salt://epilog/files/release.py")  # noqa: F821 - a Salt dunder
+        if not tool:
+            raise
+        report = _release_tool(settings, *args, tool=tool)
+    if report is None:
+        return {"result": True, "test": bool(test), "checkpoint": str(name), "release": None, "recorded": False,
+                "comment": f"no releases under {settings['slurm_config_dir']}/epilog-releases yet: nothing to "
+                           "record (a rollback to this checkpoint has nothing to go back to)"}
+    return report
+
+
+def _listed(user, backup):
+    """('listed'|'not listed'|'lookup error', why): the parts' guard, read the
+    same way (a literal whole line, a final CR ignored)."""
+    try:
+        st = os.stat(backup)
+        if not stat.S_ISREG(st.st_mode):
+            return "lookup error", f"{backup} is not a regular file ({_kind_of(st)})"
+        with open(backup, "rb") as handle:
+            lines = handle.read().split(b"\n")
+    except OSError as exc:
+        return "lookup error", f"cannot read {backup}: {exc.strerror}"
+    wanted = os.fsencode(user)
+    if any(line == wanted or line == wanted + b"\r" for line in lines):
+        return "listed", f"{backup} has a line exactly {user!r}"
+    return "not listed", f"{backup} has no line exactly {user!r}"
+
+
+def _uid_floor():
+    uid_min, uid_max = 1000, 60000
+    try:
+        with open("/etc/login.defs", encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+        found = dict(re.findall(r"(?m)^[ \t]*(UID_MIN|UID_MAX)[ \t]+([0-9]+)", text))
+        uid_min, uid_max = int(found.get("UID_MIN", uid_min)), int(found.get("UID_MAX", uid_max))
+    except OSError:
+        pass
+    return uid_min, uid_max
+
+
+def _real_stepd(pid):
+    """PID is root's real slurmstepd: real and effective uid 0, and its
+    executable is the slurmstepd on the parts' PATH (what the runner checks)."""
+    stepd = _which("slurmstepd")
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            uids = next(line for line in handle.read().splitlines() if line.startswith(b"Uid:")).split()[1:3]
+        return stepd is not None and uids == [b"0", b"0"] and os.path.samestat(os.stat(f"/proc/{pid}/exe"),
+                                                                                os.stat(stepd))
+    except (OSError, StopIteration):
+        return False
+
+
+def _other_jobs(uid, settings):
+    """('yes'|'no'|'unknown', why): does UID have a job on this node? The
+    runner's order and evidence: step sockets in SlurmdSpoolDir when it is
+    slurmd's live spool and only root can write it, then root's real
+    slurmstepd processes holding a process of UID, then squeue."""
+    spool = settings["slurmd_spool_dir"]
+    sockets = []
+    try:
+        cred = os.lstat(os.path.join(spool, "cred_state"))
+        if _root_only(spool) and stat.S_ISREG(cred.st_mode) and cred.st_uid == 0:
+            sockets = [e.name for e in os.scandir(spool)
+                       if "_" in e.name and stat.S_ISSOCK(e.stat(follow_symlinks=False).st_mode)]
+            if not sockets:
+                return "no", f"node-local: no job step in {spool}"
+    except OSError:
+        pass
+    steps = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/comm", "rb") as handle:
+                    if handle.read().strip() == b"slurmstepd" and _real_stepd(entry.name):
+                        steps.append(int(entry.name))
+            except OSError:
+                continue
+    if steps:
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                    ppid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+                if ppid in steps and os.stat(f"/proc/{entry.name}").st_uid == uid:
+                    return "yes", f"node-local: root's slurmstepd {ppid} runs process {entry.name} of uid {uid}"
+            except (OSError, ValueError, IndexError):
+                continue
+    elif not sockets:
+        return "no", "node-local: no slurmstepd of root on this node"
+    node = __grains__.get("host", socket.gethostname().split(".")[0])  # noqa: F821 - a Salt dunder
+    try:
+        ret = subprocess.run(
+            ["squeue", "--noheader", f"--nodelist={node}", f"--user={uid}",
+             "--states=PENDING,CONFIGURING,RUNNING,SUSPENDED,COMPLETING", "--format=%A"],
+            capture_output=True, text=True, timeout=settings["squeue_timeout"], check=False,
+            env={**os.environ, "PATH": SCRIPT_PATH})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return "unknown", f"squeue failed or timed out ({exc})"
+    if ret.returncode != 0:
+        return "unknown", f"squeue failed (rc={ret.returncode})"
+    jobs = ret.stdout.split()
+    if jobs:
+        return "yes", f"squeue: job(s) {', '.join(jobs)} of uid {uid} on {node}"
+    return "no", f"squeue: no job of uid {uid} on {node}"
+
+
+def explain(user):
+    """
+    Tell what each epilog part would do for USER on this node right now, and
+    why: whether USER is listed in localusers.backup (or the lookup fails,
+    and on which file), whether USER is root or a system account, and whether
+    USER has other jobs on this node (or that this is unknown). Changes
+    nothing. Answers "why was my session spared or killed".
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt 'slurm-work-01' epilog.explain user=je.kim
+    """
+    settings = _settings()
+    # the list the current release's parts read (not the entry symlink: a
+    # switch after this must not change the file named here)
+    releases = os.path.join(settings["slurm_config_dir"], "epilog-releases")
+    current = _readlink(os.path.join(releases, "current"))
+    backup = os.path.join(releases, current, "localusers.backup") if current else \
+        os.path.join(settings["slurm_config_dir"], "localusers.backup")
+    if not re.fullmatch(r"[A-Za-z0-9._@-]+", str(user)):
+        answer, why = "unusual name", "the parts do nothing for an empty or unusual job user name"
+    else:
+        answer, why = _listed(user, backup)
+    try:
+        import pwd  # pylint: disable=import-outside-toplevel
+        uid = pwd.getpwnam(user).pw_uid
+    except KeyError:
+        uid = None
+    uid_min, uid_max = _uid_floor()
+    system = uid is not None and (uid < uid_min or uid_max < uid <= 65535)
+    if uid is None:
+        other = ("unknown", f"no account {user!r} on this node")
+    else:
+        other = _other_jobs(uid, settings)
+    if other[0] != "no":
+        verdict = f"skipped: other jobs of this user on this node: {other[0]} ({other[1]})"
+    elif answer != "not listed":
+        verdict = f"does nothing: {answer} ({why})"
+    elif uid is None:
+        verdict = "does nothing: the account's uid is unknown"
+    elif system:
+        verdict = f"does nothing: uid {uid} is root or a system account (UID_MIN={uid_min}, UID_MAX={uid_max})"
+    else:
+        verdict = None
+    acts = {
+        "39-lastuserjob-ssh": f"removes the line {user!r} from {settings['ssh_allow_file']}",
+        "40-lastuserjob-processes": f"kills every process of uid {uid}",
+        "42-lastuserjob-cleanup": f"removes the files of uid {uid} under /tmp and /dev/shm",
+    }
+    parts = {name: verdict or f"acts: {action}" for name, action in acts.items()}
+    parts["45-stale-x-display"] = "runs at every job end for every user: removes only residue no live process holds"
+    return {
+        "user": user, "uid": uid,
+        "localusers": {"answer": answer, "file": backup, "why": why},
+        "system_account": system,
+        "other_jobs": {"answer": other[0], "why": other[1]},
+        "parts": parts,
+    }
+
+
+# -- the epilog part: python3 epilog_sweep.py sweep ... -------------------------
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="epilog_sweep.py", description="The epilog formula's residue sweep.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    cmd = sub.add_parser("sweep", help="sweep /tmp for X display, clsbd and job scratch residue")
+    cmd.add_argument("--test", action="store_true", help="report, remove nothing")
+    cmd.add_argument("--job", help="the ending job's id: also remove its scratch (not with --part)")
+    cmd.add_argument("--uid", default=None, help="the job's uid: only its entries are the job's scratch (not with --part)")
+    cmd.add_argument("--pattern", action="append", default=[], help="a scratch pattern holding {jobid}")
+    cmd.add_argument("--budget", default=DEFAULTS["sweep_budget"], help="seconds the sweep may take")
+    cmd.add_argument("--log-file", default=None)
+    cmd.add_argument("--log-fd", type=int, default=None, help="an open log file to append to")
+    cmd.add_argument("--part", action="store_true",
+                     help="run as the epilog part: the job comes from SLURM_JOB_ID, SLURM_JOB_UID and SLURM_JOB_USER; "
+                          "always exit 0")
+    cmd.add_argument("--json", action="store_true", help="print the report as JSON")
+    cmd.add_argument("--release", default=None, help="the release of the chain that runs it, for the log")
+    args = parser.parse_args(argv)
+    release = args.release if args.release and re.fullmatch(r"[0-9a-f]{12}", args.release) else None
+    source, user, job, uid = "epilog_sweep.py", None, args.job or None, args.uid
+    if args.part:
+        # The job's identity comes from slurmd's environment, never from
+        # arguments: a user named -v or --budget=0 never meets the parser.
+        source = "45-stale-x-display"
+        user = os.environ.get("SLURM_JOB_USER") or None
+        job = os.environ.get("SLURM_JOB_ID") or None
+        uid = os.environ.get("SLURM_JOB_UID") or None
+        if not (job and job.isdigit() and uid and uid.isdigit() and 1 <= int(uid) <= 4294967294):
+            job = uid = None  # no scratch without a plain job id and uid
+    log = _Log(args.log_file, source, job, user, log_fd=args.log_fd, release=release)
+    try:
+        report = run_sweep(test=args.test, job=job, patterns=args.pattern, budget=args.budget,
+                           log_file=args.log_file, source=source, user=user, uid=uid, log_fd=args.log_fd,
+                           release=release)
+    except CommandExecutionError as exc:
+        log("warning", f"sweep could not run: {exc}")
+        print(f"epilog_sweep.py: {exc}", file=sys.stderr)
+        return 0 if args.part else 1
+    except Exception as exc:  # the part must never fail the epilog  # pylint: disable=broad-except
+        if not args.part:
+            raise
+        log("warning", f"sweep failed: {exc!r}")
+        return 0
+    if args.json:
+        print(json.dumps(report, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
