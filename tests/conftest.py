@@ -96,6 +96,9 @@ def pytest_generate_tests(metafunc):
     if "salt_line" not in metafunc.fixturenames:
         return
     wanted = [line for line in os.environ.get("EPILOG_SALT_LINES", ",".join(SALT_BINS)).split(",") if line]
+    if not wanted or set(wanted) - set(SALT_BINS):
+        raise pytest.UsageError(f"EPILOG_SALT_LINES={os.environ.get('EPILOG_SALT_LINES')!r}: a comma list of "
+                                f"{', '.join(SALT_BINS)}")
     path = Path(str(metafunc.definition.path))
     both = "functional" in path.parts or path.name in ("test_fleet.py", "test_quickstart.py")
     lines = [line for line in SALT_BINS if line in wanted] if both else ["3008"]

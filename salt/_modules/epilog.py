@@ -980,10 +980,17 @@ def parse_slurm_conf(path, _depth=0, _budget=None):
     budget[0] -= 1
     try:
         # never blocks on a FIFO, never reads a device or more than 4 MiB
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        # the type first, through an O_PATH descriptor that opens nothing: a
+        # device (a watchdog, a tape) is never opened, and the regular file
+        # read is that very inode, whatever is renamed meanwhile
+        handle = os.open(path, getattr(os, "O_PATH", 0o10000000) | os.O_NOCTTY)
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            if not stat.S_ISREG(os.fstat(handle).st_mode):
                 return values, files, [f"{shown} is not a regular file"]
+            fd = os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        finally:
+            os.close(handle)
+        try:
             data = os.read(fd, 4 << 20)
         finally:
             os.close(fd)
@@ -1297,7 +1304,8 @@ def verify(expect=None):
         if item["script"]:
             if not st.st_mode & 0o100:
                 problems.append(f"{path} is not executable")
-            syntax = subprocess.run(["/bin/bash", "-n", path], capture_output=True, text=True, check=False)
+            syntax = subprocess.run(["/bin/bash", "-n", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    universal_newlines=True, check=False)
             if syntax.returncode != 0:
                 problems.append(f"{path} fails bash -n: {syntax.stderr.strip()}")
     for path in dirs + [settings["slurm_config_dir"]]:
@@ -1429,12 +1437,29 @@ def _release_tool(settings, *args, tool=None):
     if not os.path.isfile(tool):
         return None
     proc = subprocess.run(["/usr/bin/python3", "-I", "-B", tool, "--root", confdir, *args],
-                          capture_output=True, text=True, check=False)
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
     try:
         return json.loads(proc.stdout)
     except ValueError as exc:
         raise CommandExecutionError(f"{tool} {' '.join(args)} failed (rc={proc.returncode}): "
                                     f"{(proc.stderr or proc.stdout).strip()[-500:]}") from exc
+
+
+def _release_tool_knowing(settings, *args):
+    """_release_tool, and when the node's release.py predates ARGS (the
+    first rollout of the version that brought checkpoints: the apply it
+    guards updates the tool), the formula's release.py, fetched from the
+    master into root's cache, on the same releases."""
+    try:
+        return _release_tool(settings, *args)
+    except CommandExecutionError as exc:
+        if "invalid choice" not in str(exc) and "unrecognized arguments" not in str(exc):
+            raise
+        tool = __salt__["cp.cache_file"]("salt://epilog/files/release.py",  # noqa: F821 - a Salt dunder
+                                         saltenv=__opts__.get("saltenv") or "base")  # noqa: F821
+        if not tool:
+            raise
+        return _release_tool(settings, *args, tool=tool)
 
 
 def rollback(test=None, checkpoint=None):
@@ -1483,7 +1508,8 @@ def rollback(test=None, checkpoint=None):
         if not isinstance(checkpoint, str):
             raise CommandExecutionError(f"checkpoint name {checkpoint!r} is not a string; start it with a letter")
         args.append(f"--to-checkpoint={checkpoint}")
-    report = _release_tool(settings, "rollback", *args)
+    report = _release_tool_knowing(settings, "rollback", *args) if checkpoint is not None else \
+        _release_tool(settings, "rollback", *args)
     if report is None:
         return {"result": False, "test": bool(test), "switched": False, "release": None, "to": None,
                 "comment": f"no releases under {settings['slurm_config_dir']}/epilog-releases: nothing to roll back"}
@@ -1521,18 +1547,7 @@ def checkpoint(name, test=None):
         raise CommandExecutionError(f"checkpoint name {name!r} is not a string; start it with a letter")
     settings = _settings()
     args = ["checkpoint", *(["--test"] if test else []), "--", name]
-    try:
-        report = _release_tool(settings, *args)
-    except CommandExecutionError as exc:
-        if "invalid choice" not in str(exc):
-            raise
-        # the node's release.py predates checkpoints (the apply this
-        # checkpoint guards updates it): record it with the formula's
-        # release.py, fetched from the master into root's cache
-        tool = __salt__["cp.cache_file"]("salt://epilog/files/release.py")  # noqa: F821 - a Salt dunder
-        if not tool:
-            raise
-        report = _release_tool(settings, *args, tool=tool)
+    report = _release_tool_knowing(settings, *args)
     if report is None:
         return {"result": True, "test": bool(test), "checkpoint": str(name), "release": None, "recorded": False,
                 "comment": f"no releases under {settings['slurm_config_dir']}/epilog-releases yet: nothing to "
@@ -1625,7 +1640,8 @@ def _other_jobs(uid, settings):
         ret = subprocess.run(
             ["squeue", "--noheader", f"--nodelist={node}", f"--user={uid}",
              "--states=PENDING,CONFIGURING,RUNNING,SUSPENDED,COMPLETING", "--format=%A"],
-            capture_output=True, text=True, timeout=settings["squeue_timeout"], check=False,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+            timeout=settings["squeue_timeout"], check=False,
             env={**os.environ, "PATH": SCRIPT_PATH})
     except (OSError, subprocess.TimeoutExpired) as exc:
         return "unknown", f"squeue failed or timed out ({exc})"
@@ -1702,7 +1718,8 @@ def explain(user):
 # -- the epilog part: python3 epilog_sweep.py sweep ... -------------------------
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="epilog_sweep.py", description="The epilog formula's residue sweep.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    # (required= needs Python 3.7: the file runs on RHEL 8's and SLES 15's 3.6)
+    sub = parser.add_subparsers(dest="command")
     cmd = sub.add_parser("sweep", help="sweep /tmp for X display, clsbd and job scratch residue")
     cmd.add_argument("--test", action="store_true", help="report, remove nothing")
     cmd.add_argument("--job", help="the ending job's id: also remove its scratch (not with --part)")
@@ -1717,6 +1734,8 @@ def main(argv=None):
     cmd.add_argument("--json", action="store_true", help="print the report as JSON")
     cmd.add_argument("--release", default=None, help="the release of the chain that runs it, for the log")
     args = parser.parse_args(argv)
+    if args.command != "sweep":
+        parser.error("a command is required: sweep")
     release = args.release if args.release and re.fullmatch(r"[0-9a-f]{12}", args.release) else None
     source, user, job, uid = "epilog_sweep.py", None, args.job or None, args.uid
     if args.part:

@@ -15,7 +15,11 @@
 {%- from tplroot ~ "/map.jinja" import epilog with context %}
 {%- set confdir = epilog.slurm_config_dir %}
 {%- import_yaml tplroot ~ "/layout.yaml" as layout %}
-{%- set inputs = [epilog | json] %}
+{#- the settings the release holds: not the package names, which differ per
+    os_family and are in no file of it #}
+{%- set held = {} %}
+{%- for key, value in epilog.items() if key != 'pkgs' %}{% do held.update({key: value}) %}{% endfor %}
+{%- set inputs = [held | json] %}
 {%- set sources = [] %}
 {%- for path in salt['cp.list_master'](saltenv=saltenv, prefix=tplroot ~ '/files/') | sort %}
 {%-   if path.endswith('.jinja') %}{% do sources.append(path) %}{% endif %}
@@ -30,6 +34,11 @@
 {%- set entries = [] %}
 {%- for name in layout.entries %}{% do entries.append('--entry ' ~ name) %}{% endfor %}
 {%- set is_current = tool ~ ' is-current ' ~ release ~ ' ' ~ (entries | join(' ')) %}
+
+{%- if epilog.pkgs is not defined %}
+{%-   import_yaml tplroot ~ "/osfamilymap.yaml" as osfamilymap %}
+{{-   raise('the os_family grain (%r) is not a family the epilog formula knows (%s): nothing is laid down. Set epilog:lookup:pkgs (or epilog:pkgs) to the packages that give python3, pgrep and perl there' | format(salt['grains.get']('os_family', ''), osfamilymap | join(', '))) }}
+{%- endif %}
 
 include:
   - {{ tplroot }}.config

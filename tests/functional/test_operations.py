@@ -323,6 +323,9 @@ def test_rollback_to_a_checkpoint_returns_to_exactly_that_release(node):
                                     capture_output=True, check=True).stdout)
     report = node.run("checkpoint", "rollout-2")
     assert (report["recorded"], report["release"]) == (True, first), report
+    # and the rollback an apply that never switched runs there
+    report = node.run("rollback", "checkpoint=rollout-2")
+    assert report["result"] is True and report["switched"] is False and node.release.name == first, report
     tool.write_bytes(current_tool)
     # the CLI reads 0123 as a number and null as None: a name must be a string
     for bad in ("0123", "12:30"):
@@ -445,6 +448,20 @@ def test_a_slurm_conf_another_account_writes_never_points_at_an_old_chain(node):
         f"Prolog={node.conf_dir}/epilog-releases/{previous}/prolog.sh\n".encode()
         + b"Epilog=/x\x00y\nEpilog=/var/tmp/\x7f/epilog.sh\n")
     os.chown(hostile, slurm.pw_uid, slurm.pw_gid)
+    # a real old chain, root's: named from slurm's file it is not one...
+    old = node.base / "slurm-old"
+    (old / "epilog-releases").mkdir(parents=True)
+    with hostile.open("a") as handle:
+        handle.write(f"Prolog={old}/prolog.sh\n")
+    assert node.run("chain_wired")["elsewhere"] == []
+    # ... named from root's own slurm.conf, it is
+    conf = node.conf_dir / "slurm.conf"
+    wired_conf = conf.read_text()
+    conf.write_text(wired_conf + f"Include {node.base}/old.conf\n")
+    (node.base / "old.conf").write_text(f"Prolog={old}/prolog.sh\n")
+    found = node.run("chain_wired")["elsewhere"]
+    assert [(item["key"], item["dir"]) for item in found] == [("Prolog", str(old))], found
+    conf.write_text(wired_conf)
     ret = node.apply()
     check = ret.states["epilog-slurm-conf-old-chain-test"]
     assert "warnings" not in check, check

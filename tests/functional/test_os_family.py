@@ -42,6 +42,9 @@ def test_an_unknown_family_is_refused_by_name_and_nothing_is_laid_down(salt_fact
         assert "the os_family grain ('Plan9') is not a family the epilog formula knows" in ret.stdout, ret
         assert "epilog:lookup:pkgs" in ret.stdout
     assert not c.conf_dir.exists()
+    # what needs no packages still renders there
+    ret = call("state.show_sls", "epilog.clean", pillar=c.pillar())
+    assert ret.returncode == 0 and isinstance(ret.data, dict), ret
     # a site that names the packages itself gets them
     pillar = c.pillar()
     pillar["epilog"]["lookup"] = {"pkgs": ["python3", "procps9", "perl"]}
@@ -50,3 +53,24 @@ def test_an_unknown_family_is_refused_by_name_and_nothing_is_laid_down(salt_fact
     pillar["epilog"]["lookup"] = {"pkgs": ["python3", "procps; rm -rf /"]}
     ret = call("state.show_sls", "epilog", pillar=pillar)
     assert ret.returncode != 0 and "epilog:pkgs[1]" in ret.stdout, ret
+
+
+def release_of(ret):
+    chunk = ret.data["epilog-release-switch-cmd-run"]["cmd"]
+    name = next(item["name"] for item in chunk if isinstance(item, dict) and "name" in item)
+    return name.split(" activate ", 1)[1].split()[0]
+
+
+def test_the_release_id_is_the_same_on_every_family(salt_factories, salt_line, tmp_path):
+    """The package names are in no file of a release: one pillar and one
+    formula give one release id on Debian and RedHat nodes alike, so
+    epilog.verify expect=<id> holds fleet-wide."""
+    pillar = sandbox(tmp_path).pillar()
+    ids = set()
+    for family in ("Debian", "RedHat", "Suse"):
+        call = local_minion(salt_factories, f"family-{family.lower()}", REPO / "pillar", salt_line=salt_line,
+                            grains={"os_family": family})
+        ret = call("state.show_sls", "epilog", pillar=pillar)
+        assert ret.returncode == 0, ret
+        ids.add(release_of(ret))
+    assert len(ids) == 1, ids

@@ -19,6 +19,7 @@ import pytest
 from tests.helpers import REPO, SALT_BINS, live_spool, require_root
 
 MINIONS = ["slurm-work-01", "slurm-work-02", "slurm-work-03"]
+SALT_VERSIONS = {"3008": "3008.4", "3006": "3006.29"}
 TIMINGS = {}
 
 
@@ -73,8 +74,11 @@ def fleet(salt_factories, accounts, salt_line):
     base = Path(tempfile.mkdtemp(prefix="epilog-fleet-", dir="/var/tmp"))
     (base / "pillar").mkdir()
     if salt_line != "3008":
-        # the same factories, with the daemons and CLIs run by that line's python
-        salt_factories = attr.evolve(salt_factories, root_dir=base / "salt", scripts_dir=None,
+        # the same factories, with the daemons and CLIs run by that line's
+        # python and its Salt (no code_dir: the generated scripts would put
+        # this venv's site-packages first)
+        salt_factories = attr.evolve(salt_factories, root_dir=base / "salt", scripts_dir=None, code_dir=None,
+                                     coverage_db_path=None, coverage_rc_path=None, inject_sitecustomize=False,
                                      python_executable=str(SALT_BINS[salt_line] / "python"))
     top = {"base": {minion: [minion.replace("-", "_")] for minion in MINIONS}}
     (base / "pillar/top.sls").write_text(json.dumps(top))
@@ -97,6 +101,12 @@ def fleet(salt_factories, accounts, salt_line):
     with master.started(start_timeout=120), contextlib.ExitStack() as stack:
         for minion in minions:
             stack.enter_context(minion.started(start_timeout=120))
+        # the master, its CLIs and the minions all run the line under test
+        version = SALT_VERSIONS[salt_line]
+        ret = f.run("test.version")
+        assert ret.returncode == 0 and ret.data == {minion: version for minion in MINIONS}, ret
+        ret = f.run_cli.run("salt.cmd", "test.version")
+        assert ret.returncode == 0 and (ret.data or ret.stdout.strip().strip('"')) == version, ret
         yield f
     if os.environ.get("EPILOG_FLEET_TIMINGS"):
         Path(os.environ["EPILOG_FLEET_TIMINGS"]).write_text(json.dumps(TIMINGS))

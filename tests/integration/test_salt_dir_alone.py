@@ -74,6 +74,9 @@ def test_a_master_serving_salt_dir_alone_lays_down_a_chain_that_sweeps_at_a_job_
         with master.started(start_timeout=120), contextlib.ExitStack() as stack:
             stack.enter_context(minion.started(start_timeout=120))
             cli = master.salt_cli(timeout=600)
+            # the master's file list as its backend has it now (gitfs fetches
+            # in the background: ask it to, and wait)
+            assert master.salt_run_cli(timeout=300).run("fileserver.update").returncode == 0
             listed = cli.run("cp.list_master", minion_tgt=minion_id)
             assert listed.returncode == 0, listed
             assert "_modules/epilog.py" in listed.data and "epilog/init.sls" in listed.data, listed.data
