@@ -1132,6 +1132,7 @@ def chain_wired(slurm_config_dir=None):
         salt-call epilog.chain_wired
         salt-call epilog.chain_wired slurm_config_dir=/etc/slurm-old
     """
+    import glob  # pylint: disable=import-outside-toplevel
     settings = _settings()
     confdir = os.path.normpath(slurm_config_dir or settings["slurm_config_dir"])
     mine = {confdir, os.path.realpath(confdir)}
@@ -1168,16 +1169,12 @@ def chain_wired(slurm_config_dir=None):
                 # the runner of another chain of this formula's (the
                 # slurm_config_dir before a rename): it no longer gets the
                 # pillar's updates, yet slurmd runs it
-                if (trusted and not glob_magic(value) and os.path.basename(target) == f"{key}.sh"
+                if (trusted and not glob.has_magic(value) and os.path.basename(target) == f"{key}.sh"
                         and _roots_chain(where)):
                     report["elsewhere"].append({"conf": path, "key": key.capitalize(), "value": value, "dir": where})
                     if where not in report["old_dirs"]:
                         report["old_dirs"].append(where)
     return report
-
-
-def glob_magic(value):
-    return any(char in value for char in "*?[")
 
 
 def _chain_time_problems(settings, conf_found):
@@ -1508,8 +1505,7 @@ def rollback(test=None, checkpoint=None):
         if not isinstance(checkpoint, str):
             raise CommandExecutionError(f"checkpoint name {checkpoint!r} is not a string; start it with a letter")
         args.append(f"--to-checkpoint={checkpoint}")
-    report = _release_tool_knowing(settings, "rollback", *args) if checkpoint is not None else \
-        _release_tool(settings, "rollback", *args)
+    report = _release_tool_knowing(settings, "rollback", *args)
     if report is None:
         return {"result": False, "test": bool(test), "switched": False, "release": None, "to": None,
                 "comment": f"no releases under {settings['slurm_config_dir']}/epilog-releases: nothing to roll back"}
