@@ -36,6 +36,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 USER = "alice"
+# alice's uid in the tests (tests/helpers.py ACCOUNTS): a uid of her own, as
+# the chain kills every process of it.
+USER_UID = 50101
 # The formula as it was before the hostile-user hardening (issue 7).
 PRE_FIX = "a79306f"
 
@@ -193,7 +196,8 @@ def main():
     try:
         pwd.getpwnam(USER)
     except KeyError:
-        sh("useradd", "--create-home", USER)
+        sh("groupadd", "--gid", str(USER_UID), USER)
+        sh("useradd", "--uid", str(USER_UID), "--gid", str(USER_UID), "--create-home", USER)
     sandbox = Path(tempfile.mkdtemp(prefix="epilog-bench-", dir="/var/tmp"))
     try:
         lay_down(sandbox, "ours")

@@ -38,6 +38,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 USER = "alice"
+# alice's uid in the tests (tests/helpers.py ACCOUNTS): a uid of her own, as
+# the chain kills every process of it.
+USER_UID = 50101
 
 # The seed's cleanup section, as the SOP describes it (fuser first, ss as a
 # fallback, keep when neither exists), written out here as the baseline.
@@ -201,7 +204,8 @@ def main():
     try:
         pwd.getpwnam(USER)
     except KeyError:
-        run(["useradd", "--create-home", USER])
+        run(["groupadd", "--gid", str(USER_UID), USER])
+        run(["useradd", "--uid", str(USER_UID), "--gid", str(USER_UID), "--create-home", USER])
     sandbox = Path(tempfile.mkdtemp(prefix="epilog-sweep-bench-", dir="/var/tmp"))
     try:
         lay_down(sandbox)

@@ -1,31 +1,140 @@
 """Session fixtures: real accounts, a salt-call minion configured by
 pytest-salt-factories, and the chain laid down by the real state."""
+import faulthandler
 import logging
 import os
+import pwd
 import shutil
+import signal
+import sys
 import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import (ACCOUNTS, OPERATORS, REPO, SALT_BINS, Chain, lay_down, live_spool, local_minion, require,
-                           require_root, require_tools)
+from tests.helpers import (ACCOUNTS, NO_PASSWD_ENTRY, OPERATORS, REPO, SALT_BINS, Chain, lay_down, live_spool, local_minion,
+                           process_uids, require, require_root, require_tools)
 
 # pytest-salt-factories logs its whole configuration as a warning at start-up,
 # and salt's deferred handler prints it after the test summary.
 logging.getLogger("saltfactories.manager").setLevel(logging.ERROR)
 
+# No test may hang the run: a test (setup, call and teardown together) that
+# runs past its limit prints every thread's stack and fails, and the run goes
+# on. 600 s is about ten times the slowest test (the fleet's); a test that
+# knowingly needs more says so with @pytest.mark.limit(SECONDS).
+TEST_LIMIT = 600
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "limit(seconds): this test's own limit instead of the default")
+
+
+_PHASE = {"in": False}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    marker = item.get_closest_marker("limit")
+    limit = int(marker.args[0]) if marker else TEST_LIMIT
+    if item.config.getoption("usepdb") or item.config.getoption("trace", False):
+        yield
+        return
+
+    def overran(signum, frame):
+        signal.alarm(30)  # a teardown that hangs too fails in turn
+        out = sys.__stderr__
+        out.write(f"\n{item.nodeid} ran for over {limit} s; its stacks:\n")
+        out.flush()
+        faulthandler.dump_traceback(file=out, all_threads=True)
+        if _PHASE["in"]:  # only inside setup, call or teardown: never in pytest's own hooks
+            pytest.fail(f"ran for over {limit} s (the test's limit; see the stacks printed above)", pytrace=True)
+
+    previous = signal.signal(signal.SIGALRM, overran)
+    signal.alarm(limit)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _phase():
+    _PHASE["in"] = True
+    try:
+        yield
+    finally:
+        _PHASE["in"] = False
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    yield from _phase()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    yield from _phase()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield from _phase()
+
 
 @pytest.fixture(scope="session")
 def accounts():
-    """Real accounts, made with useradd."""
+    """Real accounts, made with groupadd and useradd at the uids ACCOUNTS
+    gives them. The tests kill every process of these uids (and of '-v''s),
+    so none may belong to anything else: an account of that name at another
+    uid, another account at that uid, or a process the tests did not start
+    stops the run before anything is killed."""
     require_root()
-    require_tools("useradd", "setpriv")
-    for name in ACCOUNTS:
-        if subprocess.run(["id", "-u", "--", name], capture_output=True).returncode != 0:
-            subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", "--", name], check=True)
-    return ACCOUNTS
+    require_tools("useradd", "groupadd", "setpriv")
+    for name, (uid, _) in NO_PASSWD_ENTRY.items():
+        try:
+            other = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            continue
+        pytest.fail(f"uid {uid} belongs to {other}; the tests need it for the directory account {name}", pytrace=False)
+    for name, uid in ACCOUNTS.items():
+        try:
+            pw = pwd.getpwnam(name)
+        except KeyError:
+            pw = None
+        if pw is not None:
+            if pw.pw_uid != uid:
+                pytest.fail(f"account {name} exists with uid {pw.pw_uid}; the tests make it with uid {uid} "
+                            f"(an earlier version of the tests made it: userdel -r {name})", pytrace=False)
+            continue
+        try:
+            other = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            other = None
+        if other is not None:
+            pytest.fail(f"uid {uid} belongs to {other}; the tests need it for {name}", pytrace=False)
+        if subprocess.run(["getent", "group", str(uid)], capture_output=True).returncode != 0:
+            subprocess.run(["groupadd", "--gid", str(uid), "--", name], check=True)
+        subprocess.run(["useradd", "--uid", str(uid), "--gid", str(uid), "--create-home", "--shell", "/bin/bash",
+                        "--", name], check=True)
+    return list(ACCOUNTS)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_foreign_process_of_the_test_uids():
+    """Before any test runs: nothing runs as a uid the tests kill."""
+    uids = set(ACCOUNTS.values()) | {uid for uid, _ in NO_PASSWD_ENTRY.values()}
+    foreign = {}
+    for pid, ids in ((p, process_uids(p)) for p in os.listdir("/proc") if p.isdigit()):
+        if ids and uids & set(ids):
+            try:
+                foreign[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:80]
+            except OSError:
+                continue
+    require(not foreign, f"no process running as one of the test uids {sorted(uids)} before the tests start "
+                         f"(they kill every process of those uids), found: {foreign}; if an earlier, aborted "
+                         f"run of the tests left them: " + "; ".join(f"pkill -KILL -U {uid}" for uid in sorted(uids)))
 
 
 @pytest.fixture(scope="session")
@@ -46,7 +155,7 @@ def cbin():
 
 class DirectoryUsers:
     """Where the directory accounts of tests/c/nss_epilogtest.c (such as
-    '-v', uid 2999) resolve: PREFIX enters a mount namespace whose
+    '-v', uid 50199) resolve: PREFIX enters a mount namespace whose
     /etc/nsswitch.conf adds the module, ENV points the loader at it."""
 
     def __init__(self, prefix, env):
@@ -72,7 +181,7 @@ def directory_users(cbin, tmp_path_factory):
         users = DirectoryUsers(["nsenter", f"--target={holder.pid}", "--mount"], {"LD_LIBRARY_PATH": str(cbin)})
         probe = subprocess.run([*users.prefix, "id", "-u", "--", "-v"], env={**os.environ, **users.env},
                                capture_output=True, text=True)
-        assert probe.stdout.strip() == "2999", ("the test NSS module does not serve -v", probe.stderr)
+        assert probe.stdout.strip() == "50199", ("the test NSS module does not serve -v", probe.stderr)
         yield users
     finally:
         holder.kill()

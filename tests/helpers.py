@@ -22,7 +22,11 @@ HOST = socket.gethostname().split(".")[0]
 
 # Accounts the tests create with useradd. je.kim and s.shin are the seed's
 # operators; alice an ordinary user; opal an operator with an ssh key.
-ACCOUNTS = ["alice", "alicex", "je.kim", "s.shin", "opal"]
+# The tests' accounts, at uids of their own: part 40 kills every process of a
+# job's uid, so no process the tests did not start may run as one of these (the
+# accounts fixture checks). useradd would hand out the next free uid from
+# 1000, which a machine's own services may use without a passwd entry.
+ACCOUNTS = {"alice": 50101, "alicex": 50102, "je.kim": 50103, "s.shin": 50104, "opal": 50105}
 # The operators of the seed's list.
 OPERATORS = ["root", "je.kim", "s.shin"]
 
@@ -58,9 +62,9 @@ def require_tools(*tools):
 # glibc's files backend reads a passwd line starting with '-' as NIS compat
 # syntax, so no local account can be named '-v'. Sites get such names from a
 # directory service: the test NSS module (tests/c/nss_epilogtest.c, the
-# directory_users fixture) serves '-v' as uid 2999, the uid slurmd passes in
+# directory_users fixture) serves '-v' as uid 50199, the uid slurmd passes in
 # SLURM_JOB_UID, with real processes and files owned by that uid.
-NO_PASSWD_ENTRY = {"-v": (2999, 2999)}
+NO_PASSWD_ENTRY = {"-v": (50199, 50199)}
 
 
 def ids_of(user):

@@ -1033,14 +1033,54 @@ def parse_slurm_conf(path, _depth=0, _budget=None):
     return values, files, problems
 
 
-def _slurmd_conf_paths():
-    """The slurm.conf each running slurmd reads: its -f, or its SLURM_CONF."""
+def _running_slurmds():
+    """[(pid, executable)] of each running slurmd of root's (real uid 0, read
+    from the kernel's status, not from the owner of /proc/PID). Debian and
+    Ubuntu install it as slurmd-wlm (slurmd is an alternatives link)."""
     out = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
-            if exe not in ("slurmd", "slurmd (deleted)") or os.stat(f"/proc/{pid}").st_uid != 0:
+            exe = os.readlink(f"/proc/{pid}/exe")
+            if exe.endswith(" (deleted)"):
+                exe = exe[:-len(" (deleted)")]
+            if os.path.basename(exe) not in ("slurmd", "slurmd-wlm"):
                 continue
+            with open(f"/proc/{pid}/status", "rb") as handle:
+                uids = next(line for line in handle.read().splitlines() if line.startswith(b"Uid:")).split()[1:]
+        except (OSError, StopIteration):
+            continue
+        if uids[:1] == [b"0"]:
+            out.append((pid, exe))
+    return out
+
+
+def _slurm_tool(tool):
+    """TOOL of the Slurm that runs here, as the runner finds it: beside the
+    running slurmd (its sbin, and the bin beside it), then on the parts'
+    PATH; only a regular executable of root's that group and others cannot
+    write, in a directory only root can write (a symlink counts by what it
+    resolves to). None when there is none."""
+    directories = []
+    for _, exe in _running_slurmds():
+        sbin = os.path.dirname(exe)
+        directories += [sbin] + ([os.path.join(os.path.dirname(sbin), "bin")] if sbin.endswith("/sbin") else [])
+    for directory in directories + SCRIPT_PATH.split(":"):
+        path = os.path.realpath(os.path.join(directory, tool))
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if (stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022 and st.st_mode & 0o111
+                and _root_only(os.path.dirname(path))):
+            return path
+    return None
+
+
+def _slurmd_conf_paths():
+    """The slurm.conf each running slurmd reads: its -f, or its SLURM_CONF."""
+    out = []
+    for pid, _ in _running_slurmds():
+        try:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 argv = handle.read().decode(errors="replace").split("\0")
             with open(f"/proc/{pid}/environ", "rb") as handle:
@@ -1394,7 +1434,9 @@ def verify(expect=None):
         pass
     elif len(set(found["_epilogs"])) > 1:
         problems.append(f"{conf} gives Epilog= {len(found['_epilogs'])} times ({', '.join(found['_epilogs'])}): "
-                        f"Slurm before 24.05 runs only the last, later ones run each (want only Epilog={epilog_sh})")
+                        "Slurm before 24.05 runs only the last; 24.05 and later run each in turn, and one that "
+                        f"fails stops the rest and drains the node (want only Epilog={epilog_sh}; a site's "
+                        "own epilog belongs in epilog.d)")
     elif "epilog" not in found:
         problems.append(f"{conf} has no Epilog=: the chain never runs (want Epilog={epilog_sh})")
     elif found["epilog"].endswith("*"):
@@ -1582,8 +1624,8 @@ def _uid_floor():
 
 def _real_stepd(pid):
     """PID is root's real slurmstepd: real and effective uid 0, and its
-    executable is the slurmstepd on the parts' PATH (what the runner checks)."""
-    stepd = _which("slurmstepd")
+    executable is the running Slurm's slurmstepd (what the runner checks)."""
+    stepd = _slurm_tool("slurmstepd")
     try:
         with open(f"/proc/{pid}/status", "rb") as handle:
             uids = next(line for line in handle.read().splitlines() if line.startswith(b"Uid:")).split()[1:3]
@@ -1632,9 +1674,12 @@ def _other_jobs(uid, settings):
     elif not sockets:
         return "no", "node-local: no slurmstepd of root on this node"
     node = __grains__.get("host", socket.gethostname().split(".")[0])  # noqa: F821 - a Salt dunder
+    squeue = _slurm_tool("squeue")
+    if squeue is None:
+        return "unknown", "no squeue only root can have put beside slurmd or on PATH"
     try:
         ret = subprocess.run(
-            ["squeue", "--noheader", f"--nodelist={node}", f"--user={uid}",
+            [squeue, "--noheader", f"--nodelist={node}", f"--user={uid}",
              "--states=PENDING,CONFIGURING,RUNNING,SUSPENDED,COMPLETING", "--format=%A"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
             timeout=settings["squeue_timeout"], check=False,

@@ -10,7 +10,7 @@
 
 struct account { const char *name; uid_t uid; gid_t gid; };
 static const struct account accounts[] = {
-    {"-v", 2999, 2999},
+    {"-v", 50199, 50199},
     {NULL, 0, 0},
 };
 static int next_entry;

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.functional.conftest import add_part
-from tests.helpers import (end, hostile, kill_all_of, live_processes_of, owned_file, process_uids, slurmd_env, stray,
-                           uid_of, wait_for)
+from tests.helpers import (ACCOUNTS, end, hostile, kill_all_of, live_processes_of, owned_file, process_uids, slurmd_env,
+                           stray, uid_of, wait_for)
 
 # The epilog of alice's last job on this node: another job's socket is not in
 # the spool, SLURM_CONF points nowhere (no controller), so the decision is
@@ -447,7 +447,8 @@ def test_a_name_that_does_not_resolve_to_the_jobs_uid_changes_nothing(chain, use
         kill_all_of(uid_of_whom)
 
 
-@pytest.mark.parametrize("uid", ["0", "4294967295", "4294967296", "99999999999", "", "+1001", "01001", "1001 "])
+@pytest.mark.parametrize("uid", ["0", "4294967295", "4294967296", "99999999999", "",
+                                 f"+{ACCOUNTS[ALICE]}", f"0{ACCOUNTS[ALICE]}", f"{ACCOUNTS[ALICE]} "])
 def test_a_uid_outside_1_to_4294967294_changes_nothing(chain, uid, alice_cleanup):
     """Promise 9: refuse uids outside 1..4294967294 (and anything that is not
     a plain number)."""
@@ -463,7 +464,7 @@ def test_a_uid_outside_1_to_4294967294_changes_nothing(chain, uid, alice_cleanup
 
 def test_a_name_of_digits_only_is_unknown(chain, alice_cleanup):
     """Promise 9: `id` reads a name of digits only as a uid, so the name
-    "1001" would resolve to alice's uid 1001 with no account named 1001."""
+    "50101" would resolve to alice's uid 50101 with no account named 50101."""
     uid = uid_of(ALICE)
     victim = stray(ALICE)
     try:
@@ -475,10 +476,10 @@ def test_a_name_of_digits_only_is_unknown(chain, alice_cleanup):
 
 
 def test_a_directory_user_named_dash_v_is_cleaned_up_like_anyone(chain, directory_users):
-    """Promise 10: names are data everywhere. '-v' (uid 2999, served by NSS
+    """Promise 10: names are data everywhere. '-v' (uid 50199, served by NSS
     as a directory would) reaches id, grep, the allow file edit and the
     sender as data, and is cleaned up like any user."""
-    proc = subprocess.Popen(["setpriv", "--reuid=2999", "--regid=2999", "--clear-groups", "sleep", "600"],
+    proc = subprocess.Popen(["setpriv", f"--reuid={uid_of('-v')}", f"--regid={uid_of('-v')}", "--clear-groups", "sleep", "600"],
                             start_new_session=True)
     chain.allow_file.write_text("bob\n-v\n")
     try:
@@ -602,3 +603,53 @@ def test_a_site_part_another_account_can_write_never_runs_as_root(own_chain, tmp
     (ran / "ok").unlink()
     assert not list(ran.iterdir())
     assert "job=4243" in c.log_text() and "skipping 10-site-ok: " in c.log_text()
+
+
+@pytest.mark.parametrize("where,counts", [("beside-the-running-slurmd", True), ("in-a-directory-others-can-write", False),
+                                          ("with-no-slurmd-running-the-chain", False)])
+def test_only_the_slurmstepd_beside_the_running_slurmd_is_evidence(own_chain, alice_cleanup, where, counts):
+    """Promise 3, two Slurms on one node (a distro package beside a site's
+    build under /opt): root's slurmstepd of job 999 from the build runs a
+    process of alice. It is evidence of another job when the build's slurmd
+    runs the chain, as it finds its slurmstepd (and squeue) beside that
+    slurmd, first; not when the build's sbin is a directory another account
+    can write (anyone could have put it there), nor when the chain does not
+    run under that slurmd (then PATH's, Debian's, is the one that counts):
+    then root's process named slurmstepd proves nothing either way, the
+    controller is asked (none here), and nothing is killed."""
+    c = own_chain()
+    shutil.chown(c.spool_dir, "slurm", "slurm")  # no step sockets to go by: the slurmstepd processes decide
+    prefix = Path(tempfile.mkdtemp(prefix="epilog-opt-slurm-", dir="/var/tmp"))
+    os.chmod(prefix, 0o755)
+    sbin = prefix / "sbin"
+    sbin.mkdir(mode=0o755)
+    for name in ("slurmd", "slurmstepd"):
+        shutil.copy("/bin/bash", sbin / name)
+    if where == "in-a-directory-others-can-write":
+        os.chmod(sbin, 0o777)
+    uid, gid = uid_of(ALICE), pwd.getpwnam(ALICE).pw_gid
+    stepd = subprocess.Popen(
+        ["bash", "-c", f'exec -a "slurmstepd: [999.extern]" {sbin}/slurmstepd -c '
+                       f'"setpriv --reuid={uid} --regid={gid} --clear-groups sleep 600 & echo ready; wait"'],
+        stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert stepd.stdout.readline().strip() == "ready"
+        wait_for(lambda: "sleep" in live_processes_of(uid).values(), 5, what="the job's process of alice")
+        env = slurmd_env(ALICE, SLURM_CONF="/nonexistent/slurm.conf")
+        epilog = c.conf_dir / "epilog.sh"
+        if where == "with-no-slurmd-running-the-chain":
+            ret = c.run(epilog, env)
+        else:  # the build's slurmd (a root process running $sbin/slurmd) runs the chain
+            ret = c.run(epilog, env, prefix=[str(sbin / "slurmd"), "-c", '"$0"; exit $?'])
+        assert ret.returncode == 0, ret
+        start = next(line for line in c.log_text().splitlines() if "epilog.sh" in line and "start;" in line)
+        if counts:
+            assert f"other jobs of this user on this node: yes (node-local: root's slurmstepd {stepd.pid} of another " \
+                   f"job runs process" in start, start
+        else:
+            assert "other jobs of this user on this node: unknown (squeue failed" in start, start
+        assert "sleep" in live_processes_of(uid).values(), "the other job's process was killed"
+    finally:
+        os.killpg(stepd.pid, 9)
+        stepd.wait()
+        shutil.rmtree(prefix, ignore_errors=True)

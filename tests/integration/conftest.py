@@ -14,8 +14,17 @@ import pytest
 
 from tests.helpers import HOST, Chain, kill_pidfile, lay_down, require, require_root, require_tools, wait_for
 
-SLURMCTLD_PORT = 16817
-SLURMD_PORT = 16818
+# The Slurm releases the real-Slurm tests run against: Debian 12's 22.05, and
+# upstream 24.11 built by .ci/slurm-24.11 (from the tarball Debian 13 carries)
+# into its cache directory. Each runs with ports and directories of its own.
+SLURM_2411_PREFIX = Path(os.environ.get("EPILOG_SLURM_2411_PREFIX", "/var/cache/epilog-ci/slurm-24.11"))
+SLURMS = {
+    "22.05": {"sbin": Path("/usr/sbin"), "bin": Path("/usr/bin"), "ports": (16817, 16818)},
+    "24.11": {"sbin": SLURM_2411_PREFIX / "sbin", "bin": SLURM_2411_PREFIX / "bin", "ports": (17817, 17818)},
+}
+# The tests of what happens at a real job end run on each release; the
+# others (a master serving salt/, a release switched under fire) on 22.05.
+ON_EVERY_SLURM = ("test_slurm_job_end.py", "test_sweep_job_end.py", "test_hostile_job_end.py")
 SSHD_PORT = 2222
 LISTFILE_SSHD_PORT = 2223
 OPERATOR = "opal"
@@ -58,12 +67,36 @@ def munge():
              10, what="munged to answer")
 
 
+def pytest_generate_tests(metafunc):
+    """A test that takes the slurm fixture runs on each Slurm release of
+    SLURMS when its file is one of ON_EVERY_SLURM, else on 22.05.
+    EPILOG_SLURMS=22.05 (a comma list) narrows a local run; CI runs them all."""
+    if "slurm" not in metafunc.fixturenames:
+        return
+    wanted = [v for v in os.environ.get("EPILOG_SLURMS", ",".join(SLURMS)).split(",") if v]
+    if not wanted or set(wanted) - set(SLURMS):
+        raise pytest.UsageError(f"EPILOG_SLURMS={os.environ.get('EPILOG_SLURMS')!r}: a comma list of {', '.join(SLURMS)}")
+    every = Path(str(metafunc.definition.path)).name in ON_EVERY_SLURM
+    releases = [v for v in SLURMS if v in wanted] if every else ["22.05"]
+    metafunc.parametrize("slurm_release", releases, indirect=True, scope="session",
+                         ids=[f"slurm{v}" for v in releases])
+
+
+@pytest.fixture(scope="session")
+def slurm_release(request):
+    """The Slurm release this test runs against: '22.05' or '24.11'."""
+    return getattr(request, "param", "22.05")
+
+
 class Slurm:
-    def __init__(self, base, chain):
+    def __init__(self, base, chain, release="22.05"):
         self.base = base
         self.chain = chain
+        self.release = release
+        self.sbin = SLURMS[release]["sbin"]
         self.conf = base / "slurm.conf"
-        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        path = f"{SLURMS[release]['bin']}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf), "PATH": path}
 
     def cmd(self, *argv, check=True, timeout=60):
         return subprocess.run(argv, env=self.env, capture_output=True, text=True, check=check, timeout=timeout)
@@ -104,6 +137,11 @@ class Slurm:
             timeout, what=f"the epilog of job {job} to finish",
         )
 
+    def site_epilog_jobs(self):
+        """The jobs whose end ran the site's epilog (the first Epilog=)."""
+        jobs = self.base / "log/site-epilog.jobs"
+        return jobs.read_text().split() if jobs.exists() else []
+
     def job_log(self, job):
         return [line for line in self.chain.log_text().splitlines() if f" job={job} " in line]
 
@@ -115,23 +153,37 @@ class Slurm:
 
 
 @pytest.fixture(scope="session")
-def slurm(munge, salt_call, accounts):
-    require_tools("/usr/sbin/slurmctld", "/usr/sbin/slurmd", "srun", "sbatch", "scontrol", "sinfo")
-    for port in (SLURMCTLD_PORT, SLURMD_PORT):
+def slurm(munge, salt_call, accounts, slurm_release):
+    """A real one-node Slurm of SLURM_RELEASE, its Epilog=/Prolog= the
+    runners the state laid down; stopped (and its files removed) after the
+    last test of that release."""
+    sbin, bin_dir = SLURMS[slurm_release]["sbin"], SLURMS[slurm_release]["bin"]
+    how = "bash .ci/slurm-24.11" if slurm_release == "24.11" else "bash .ci/setup"
+    for tool in (sbin / "slurmctld", sbin / "slurmd", *(bin_dir / t for t in ("srun", "sbatch", "scontrol", "sinfo"))):
+        require(tool.exists(), f"{tool} of Slurm {slurm_release} ({how})")
+    if slurm_release == "24.11":
+        require((SLURM_2411_PREFIX / ".built").exists(), f"a finished build in {SLURM_2411_PREFIX} ({how})")
+    slurmctld_port, slurmd_port = SLURMS[slurm_release]["ports"]
+    for port in (slurmctld_port, slurmd_port):
         require(port_free(port), f"port {port} free for the test Slurm")
     # Job users read slurm.conf, and pytest's base temp dir is 0700: use /var/tmp.
-    base = Path(tempfile.mkdtemp(prefix="epilog-test-slurm-", dir="/var/tmp"))
+    base = Path(tempfile.mkdtemp(prefix=f"epilog-test-slurm-{slurm_release}-", dir="/var/tmp"))
     os.chmod(base, 0o755)
     for sub in ("state", "spool", "log", "run"):
         (base / sub).mkdir()
     chain = Chain(base / "etc-slurm", base / "localusers", base / "log" / "epilog.log", base / "spool")
     lay_down(salt_call, chain, localusers=["root", OPERATOR])
+    # A site's own epilog, named before the chain: Slurm before 24.05 runs
+    # only the last Epilog=, 24.05 and later run each, in order.
+    site_epilog = base / "site-epilog.sh"
+    site_epilog.write_text(f'#!/bin/sh\necho "$SLURM_JOB_ID" >> {base}/log/site-epilog.jobs\n')
+    os.chmod(site_epilog, 0o755)
     conf = base / "slurm.conf"
     conf.write_text(f"""\
 ClusterName=epilogtest
 SlurmctldHost={HOST}
-SlurmctldPort={SLURMCTLD_PORT}
-SlurmdPort={SLURMD_PORT}
+SlurmctldPort={slurmctld_port}
+SlurmdPort={slurmd_port}
 AuthType=auth/munge
 SlurmUser=root
 ProctrackType=proctrack/linuxproc
@@ -146,6 +198,7 @@ SlurmctldLogFile={base}/log/slurmctld.log
 SlurmdLogFile={base}/log/slurmd.log
 SlurmctldPidFile={base}/run/slurmctld.pid
 SlurmdPidFile={base}/run/slurmd.pid
+Epilog={site_epilog}
 Epilog={chain.conf_dir}/epilog.sh
 Prolog={chain.conf_dir}/prolog.sh
 PrologFlags=Alloc
@@ -153,12 +206,14 @@ PrologEpilogTimeout=120
 NodeName={HOST} CPUs={os.cpu_count()} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
-    s = Slurm(base, chain)
+    s = Slurm(base, chain, slurm_release)
     try:
-        s.cmd("/usr/sbin/slurmctld")
+        s.cmd(str(sbin / "slurmctld"))
         wait_for(lambda: s.cmd("scontrol", "ping", check=False).returncode == 0, 30, what="slurmctld")
-        s.cmd("/usr/sbin/slurmd")
+        s.cmd(str(sbin / "slurmd"))
         s.wait_idle()
+        version = s.cmd("scontrol", "--version").stdout.split()  # "slurm 24.11.5", "slurm-wlm 22.05.8"
+        assert version and version[-1].startswith(f"{slurm_release}."), (slurm_release, version)
         yield s
     finally:
         stop_pidfile(base / "run/slurmd.pid")

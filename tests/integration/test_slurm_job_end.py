@@ -1,15 +1,15 @@
 """Real job ends on a real one-node Slurm: the chain laid down by the state
 runs as slurmd's Epilog=/Prolog=, for real accounts with a real ssh session."""
+import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-
-from tests.helpers import uid_of, wait_for
+from tests.helpers import kill_all_of, live_processes_of, local_minion, uid_of, wait_for
+from tests.integration.conftest import OPERATOR
 
 # Inside a job: start a stray that escapes the step (setsid, reparented to
 # init, so proctrack/linuxproc loses it) and report its pid.
@@ -57,14 +57,16 @@ def test_listed_operator_keeps_ssh_session_and_stray_after_own_job(slurm, sshd, 
         log = "\n".join(slurm.job_log(job))
         assert f"listed in {slurm.chain.localusers}" in log
         assert alive_as(pid, "opal"), "the operator's stray process was killed"
-        time.sleep(0.5)
+        # The epilog has ended: its session on the server side (sshd's
+        # process of hers) is there, or it never will be again.
+        left = live_processes_of(uid_of("opal"))
+        assert any(name.startswith("sshd") for name in left.values()), f"the operator's ssh session was killed: {left}"
         assert session.poll() is None, f"the operator's ssh session ended: {session.stderr.read()}"
         assert_not_drained(slurm)
     finally:
         session.kill()
         session.wait()
-        if "pid" in locals():
-            kill(pid)
+        kill_all_of("opal")  # her session's shell on the server outlives the client
 
 
 def test_ordinary_user_is_cleaned_up_after_last_job_and_loses_ssh(slurm, sshd, rsyslog):
@@ -163,3 +165,28 @@ def test_node_never_drains_without_syslog_daemon(slurm, rsyslog):
         assert_not_drained(slurm)
     finally:
         rsyslog.start()
+
+
+def test_each_release_runs_the_epilogs_slurm_conf_names_as_it_reads_them(slurm, salt_factories, rsyslog, tmp_path):
+    """slurm.conf names a site's epilog, then the chain (Epilog= twice).
+    Slurm before 24.05 runs only the last Epilog=, so 22.05 runs the chain
+    alone; 24.05 and later run each in turn, so 24.11 runs the site's, then
+    the chain. Either way the chain runs and cleans up, and epilog.verify,
+    which cannot know which Slurm reads the file, names the double Epilog=."""
+    job, _ = slurm.run_job("alice", "true")
+    slurm.wait_epilog_end(job)
+    assert "killed the processes of uid" in "\n".join(slurm.job_log(job))
+    # The site's epilog comes first: once the chain has ended, it has run or never will.
+    if slurm.release == "22.05":
+        assert job not in slurm.site_epilog_jobs(), "22.05 runs only the last Epilog="
+    else:
+        assert job in slurm.site_epilog_jobs(), "24.05 and later run every Epilog="
+    slurm.wait_idle()
+    assert_not_drained(slurm)
+    # a minion whose pillar is this chain's: verify finds slurm.conf through the running slurmd
+    (tmp_path / "top.sls").write_text("base:\n  '*':\n    - epilog\n")
+    (tmp_path / "epilog.sls").write_text(json.dumps(slurm.chain.pillar(localusers=["root", OPERATOR])))
+    ret = local_minion(salt_factories, f"verify-{slurm.release}", tmp_path)("epilog.verify")
+    assert isinstance(ret.data, dict), ret
+    problems = "\n".join(ret.data["problems"])
+    assert f"{slurm.conf} gives Epilog= 2 times" in problems, ret.data
