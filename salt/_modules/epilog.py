@@ -1065,8 +1065,10 @@ def _slurm_tool(tool):
         sbin = os.path.dirname(exe)
         directories += [sbin] + ([os.path.join(os.path.dirname(sbin), "bin")] if sbin.endswith("/sbin") else [])
     for directory in directories + SCRIPT_PATH.split(":"):
-        path = os.path.realpath(os.path.join(directory, tool))
         try:
+            if not _root_only(directory):
+                continue
+            path = os.path.realpath(os.path.join(directory, tool))
             st = os.stat(path)
         except OSError:
             continue
@@ -1622,16 +1624,25 @@ def _uid_floor():
     return uid_min, uid_max
 
 
-def _real_stepd(pid):
+def _real_stepd(pid, stepd):
     """PID is root's real slurmstepd: real and effective uid 0, and its
-    executable is the running Slurm's slurmstepd (what the runner checks)."""
-    stepd = _slurm_tool("slurmstepd")
+    executable is STEPD, the running Slurm's slurmstepd (what the runner
+    checks)."""
     try:
         with open(f"/proc/{pid}/status", "rb") as handle:
             uids = next(line for line in handle.read().splitlines() if line.startswith(b"Uid:")).split()[1:3]
         return stepd is not None and uids == [b"0", b"0"] and os.path.samestat(os.stat(f"/proc/{pid}/exe"),
                                                                                 os.stat(stepd))
     except (OSError, StopIteration):
+        return False
+
+
+def _root_process(pid):
+    """PID's real uid is 0."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            return next(line for line in handle.read().splitlines() if line.startswith(b"Uid:")).split()[1] == b"0"
+    except (OSError, StopIteration, IndexError):
         return False
 
 
@@ -1651,15 +1662,19 @@ def _other_jobs(uid, settings):
                 return "no", f"node-local: no job step in {spool}"
     except OSError:
         pass
-    steps = []
+    steps, named = [], False
+    stepd = _slurm_tool("slurmstepd")
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
                 with open(f"/proc/{entry.name}/comm", "rb") as handle:
-                    if handle.read().strip() == b"slurmstepd" and _real_stepd(entry.name):
-                        steps.append(int(entry.name))
+                    if handle.read().strip() != b"slurmstepd" or not _root_process(entry.name):
+                        continue
             except OSError:
                 continue
+            named = True  # root's process named slurmstepd: the runner's pgrep finds it
+            if _real_stepd(entry.name, stepd):
+                steps.append(int(entry.name))
     if steps:
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
@@ -1671,7 +1686,7 @@ def _other_jobs(uid, settings):
                     return "yes", f"node-local: root's slurmstepd {ppid} runs process {entry.name} of uid {uid}"
             except (OSError, ValueError, IndexError):
                 continue
-    elif not sockets:
+    elif not sockets and not named:
         return "no", "node-local: no slurmstepd of root on this node"
     node = __grains__.get("host", socket.gethostname().split(".")[0])  # noqa: F821 - a Salt dunder
     squeue = _slurm_tool("squeue")

@@ -3,6 +3,7 @@ compromised slurm account: real accounts, real processes (some of them C
 helpers from tests/c, compiled at test time, because a race needs C speed),
 real files, and the scripts as the state lays them down, run in the bare
 environment slurmd gives an epilog. Each test names the promise it attacks."""
+import contextlib
 import os
 import pwd
 import re
@@ -650,6 +651,7 @@ def test_only_the_slurmstepd_beside_the_running_slurmd_is_evidence(own_chain, al
             assert "other jobs of this user on this node: unknown (squeue failed" in start, start
         assert "sleep" in live_processes_of(uid).values(), "the other job's process was killed"
     finally:
-        os.killpg(stepd.pid, 9)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(stepd.pid, 9)
         stepd.wait()
         shutil.rmtree(prefix, ignore_errors=True)
