@@ -78,7 +78,7 @@ def pytest_generate_tests(metafunc):
         raise pytest.UsageError(f"EPILOG_SLURMS={os.environ.get('EPILOG_SLURMS')!r}: a comma list of {', '.join(SLURMS)}")
     every = Path(str(metafunc.definition.path)).name in ON_EVERY_SLURM
     releases = [v for v in SLURMS if v in wanted] if every else ["22.05"]
-    metafunc.parametrize("slurm_release", releases, indirect=True, scope="session",
+    metafunc.parametrize("slurm_release", releases, indirect=True, scope="module",
                          ids=[f"slurm{v}" for v in releases])
 
 
@@ -152,11 +152,14 @@ class Slurm:
         wait_for(idle, timeout, interval=0.3, what="the node to be IDLE")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def slurm(munge, salt_call, accounts, slurm_release):
     """A real one-node Slurm of SLURM_RELEASE, its Epilog=/Prolog= the
     runners the state laid down; stopped (and its files removed) after the
-    last test of that release."""
+    module's last test of that release. Module-scoped: no slurmd of the
+    tests outlives its module, so the tests that follow (the quickstart, the
+    fleet) meet a node without one, as epilog.verify finds a running
+    slurmd's slurm.conf and reports the chain it runs."""
     sbin, bin_dir = SLURMS[slurm_release]["sbin"], SLURMS[slurm_release]["bin"]
     how = "bash .ci/slurm-24.11" if slurm_release == "24.11" else "bash .ci/setup"
     for tool in (sbin / "slurmctld", sbin / "slurmd", *(bin_dir / t for t in ("srun", "sbatch", "scontrol", "sinfo"))):
@@ -329,7 +332,7 @@ def sshd(tmp_path_factory, accounts):
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def listfile_sshd(tmp_path_factory, accounts, slurm):
     """A real sshd on 127.0.0.1:2223 that lets in only the users listed in
     the test Slurm's ssh allow file (pam_listfile, account stack)."""
