@@ -1033,6 +1033,16 @@ def parse_slurm_conf(path, _depth=0, _budget=None):
     return values, files, problems
 
 
+def _proc_uids(pid):
+    """(real, effective, saved) uids of PID from the kernel's status, or None."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            line = next(line for line in handle.read().splitlines() if line.startswith(b"Uid:"))
+        return tuple(int(uid) for uid in line.split()[1:4])
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
 def _running_slurmds():
     """[(pid, executable)] of each running slurmd of root's (real uid 0, read
     from the kernel's status, not from the owner of /proc/PID). Debian and
@@ -1041,15 +1051,11 @@ def _running_slurmds():
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             exe = os.readlink(f"/proc/{pid}/exe")
-            if exe.endswith(" (deleted)"):
-                exe = exe[:-len(" (deleted)")]
-            if os.path.basename(exe) not in ("slurmd", "slurmd-wlm"):
-                continue
-            with open(f"/proc/{pid}/status", "rb") as handle:
-                uids = next(line for line in handle.read().splitlines() if line.startswith(b"Uid:")).split()[1:]
-        except (OSError, StopIteration):
+        except OSError:
             continue
-        if uids[:1] == [b"0"]:
+        if exe.endswith(" (deleted)"):
+            exe = exe[:-len(" (deleted)")]
+        if os.path.basename(exe) in ("slurmd", "slurmd-wlm") and (_proc_uids(pid) or (-1,))[0] == 0:
             out.append((pid, exe))
     return out
 
@@ -1624,28 +1630,6 @@ def _uid_floor():
     return uid_min, uid_max
 
 
-def _real_stepd(pid, stepd):
-    """PID is root's real slurmstepd: real and effective uid 0, and its
-    executable is STEPD, the running Slurm's slurmstepd (what the runner
-    checks)."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as handle:
-            uids = next(line for line in handle.read().splitlines() if line.startswith(b"Uid:")).split()[1:3]
-        return stepd is not None and uids == [b"0", b"0"] and os.path.samestat(os.stat(f"/proc/{pid}/exe"),
-                                                                                os.stat(stepd))
-    except (OSError, StopIteration):
-        return False
-
-
-def _root_process(pid):
-    """PID's real uid is 0."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as handle:
-            return next(line for line in handle.read().splitlines() if line.startswith(b"Uid:")).split()[1] == b"0"
-    except (OSError, StopIteration, IndexError):
-        return False
-
-
 def _other_jobs(uid, settings):
     """('yes'|'no'|'unknown', why): does UID have a job on this node? The
     runner's order and evidence: step sockets in SlurmdSpoolDir when it is
@@ -1662,19 +1646,28 @@ def _other_jobs(uid, settings):
                 return "no", f"node-local: no job step in {spool}"
     except OSError:
         pass
+    # Root's real slurmstepd: real and effective uid 0, running the running
+    # Slurm's slurmstepd (what the runner checks).
     steps, named = [], False
     stepd = _slurm_tool("slurmstepd")
+    try:
+        stepd_st = os.stat(stepd) if stepd else None
+    except OSError:
+        stepd_st = None
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
                 with open(f"/proc/{entry.name}/comm", "rb") as handle:
-                    if handle.read().strip() != b"slurmstepd" or not _root_process(entry.name):
+                    if handle.read().strip() != b"slurmstepd":
                         continue
+                uids = _proc_uids(entry.name)
+                if uids is None or uids[0] != 0:
+                    continue
+                named = True  # root's process named slurmstepd: the runner's pgrep finds it
+                if stepd_st and uids[1] == 0 and os.path.samestat(os.stat(f"/proc/{entry.name}/exe"), stepd_st):
+                    steps.append(int(entry.name))
             except OSError:
                 continue
-            named = True  # root's process named slurmstepd: the runner's pgrep finds it
-            if _real_stepd(entry.name, stepd):
-                steps.append(int(entry.name))
     if steps:
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
