@@ -504,7 +504,9 @@ def test_explain_agrees_with_what_the_parts_then_do(node, user, listing, acts, a
         run = subprocess.run([str(node.conf_dir / "epilog.sh")], env=slurmd_env(user, SLURM_CONF="/nonexistent"),
                              capture_output=True)
         assert run.returncode == 0
-        assert killed(proc) if acts else still_running(proc)
+        # What the chain logged for this job end says why, should it disagree.
+        logged = (node.base / "epilog.log").read_text(errors="replace").splitlines()[-8:]
+        assert killed(proc) if acts else still_running(proc), (run.stdout, run.stderr, logged, report)
     finally:
         end(proc)
 
