@@ -76,7 +76,9 @@ def main():
                 sys.exit(proc.stdout)
             renames.append(report["switch_seconds"])
             baseline.append(in_place(old if i % 2 == 0 else new, live, files))
-    ms = lambda xs: f"{statistics.median(xs) * 1000:8.3f} ms (min {min(xs) * 1000:.3f}, max {max(xs) * 1000:.3f})"
+    def ms(xs):
+        return f"{statistics.median(xs) * 1000:8.3f} ms (min {min(xs) * 1000:.3f}, max {max(xs) * 1000:.3f})"
+
     print(f"{rounds} switches between two releases of {len(files)} files")
     print(f"  release.py rollback, whole process   {ms(whole)}")
     print(f"  the rename of current (what a job end can see change)  {ms(renames)}")

@@ -215,7 +215,8 @@ def main():
     finally:
         shutil.rmtree(sandbox, ignore_errors=True)
     print(f"residue sweep: N orphan sockets + N/10 stale locks + N dead clsbd, P idle processes (median of {args.runs})")
-    print(f"  {'N':>5} {'P':>5} {'procs':>6} {'baseline':>10} {'part':>9} {'module':>9} {'(report)':>9} {'part x':>7} {'module x':>9} {'salt-call start-up':>19}")
+    print(f"  {'N':>5} {'P':>5} {'procs':>6} {'baseline':>10} {'part':>9} {'module':>9} {'(report)':>9}"
+          f" {'part x':>7} {'module x':>9} {'salt-call start-up':>19}")
     for r in results:
         print(f"  {r['N']:>5} {r['P']:>5} {r['processes_on_machine']:>6} {r['baseline']:>8.0f}ms {r['part']:>7.1f}ms "
               f"{r['module']:>7.1f}ms {r['module_elapsed']:>7.1f}ms {r['speedup_part']:>6.1f}x {r['speedup_module']:>8.1f}x "

@@ -6,15 +6,28 @@ import os
 import pwd
 import shutil
 import signal
-import sys
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import (ACCOUNTS, NO_PASSWD_ENTRY, OPERATORS, REPO, SALT_BINS, Chain, lay_down, live_spool, local_minion,
-                           process_uids, require, require_root, require_tools)
+from tests.helpers import (
+    ACCOUNTS,
+    NO_PASSWD_ENTRY,
+    OPERATORS,
+    REPO,
+    SALT_BINS,
+    Chain,
+    lay_down,
+    live_spool,
+    local_minion,
+    process_uids,
+    require,
+    require_root,
+    require_tools,
+)
 
 # pytest-salt-factories logs its whole configuration as a warning at start-up,
 # and salt's deferred handler prints it after the test summary.
@@ -282,4 +295,4 @@ def pytest_unconfigure(config):
         return
     handler = impl.get_temp_handler()
     if handler is not None:
-        handler.setStream(open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - lives until exit
+        handler.setStream(open(os.devnull, "w", encoding="utf-8"))

@@ -160,7 +160,7 @@ class Chain:
         # the job marks of a chain of its own, beside its spool
         self.run_dir = Path(run_dir) if run_dir else self.spool_dir.parent / "epilog-run"
         self.prefix = list(prefix)
-        self._view = view or (lambda p: Path(p))
+        self._view = view or Path
 
     def view(self, path):
         return self._view(Path(path))
@@ -291,7 +291,8 @@ def kill_pidfile(pidfile, sig=signal.SIGTERM):
 
 
 def lay_down(salt_call, chain, localusers=None, prefix=(), **extra):
-    ret = salt_call("state.apply", "epilog", pillar=chain.pillar(localusers=list(localusers or OPERATORS), **extra), prefix=prefix)
+    pillar = chain.pillar(localusers=list(localusers or OPERATORS), **extra)
+    ret = salt_call("state.apply", "epilog", pillar=pillar, prefix=prefix)
     assert ret.returncode == 0, ret
     assert ret.states and all(state["result"] for state in ret.states.values()), ret
     return ret

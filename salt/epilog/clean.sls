@@ -7,7 +7,7 @@
       salt 'slurm-work-*' state.apply epilog.clean test=True
     After a rename of slurm_config_dir, the old directory is given as
     epilog_clean:slurm_config_dir (the pillar's is the default):
-      salt 'slurm-work-*' state.apply epilog.clean pillar='{"epilog_clean": {"slurm_config_dir": "/etc/slurm-old"}}' #}
+      salt 'slurm-work-*' state.apply epilog.clean pillar='{"epilog_clean": {"slurm_config_dir": "/etc/slurm-old"}}'  # noqa: 206 #}
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import epilog, path_pattern, dots_pattern with context %}
 {%- import_yaml tplroot ~ "/layout.yaml" as layout %}
@@ -31,7 +31,8 @@
 epilog-clean-slurm-conf-no-longer-wired-test:
 {%- if refusal %}
   test.fail_without_changes:
-    - name: {{ ('refusing to remove the chain: ' ~ (refusal | join('; ')) ~ '. Remove Epilog=/Prolog= from slurm.conf and run scontrol reconfigure first, or slurmd drains the node at its next job end') | json }}
+    - name: {{ ('refusing to remove the chain: ' ~ (refusal | join('; ')) ~ '. Remove Epilog=/Prolog= from slurm.conf'
+               ' and run scontrol reconfigure first, or slurmd drains the node at its next job end') | json }}
 {%- else %}
   test.succeed_without_changes:
     - name: {{ ('no slurm.conf names the chain (read: ' ~ (wired.read | join(', ')) ~ ')') | json }}

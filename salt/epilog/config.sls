@@ -22,7 +22,10 @@
 {%-     set writable = (st.st_mode // 16) % 2 or (st.st_mode // 2) % 2 if st else False %}
 {%-     set sticky = (st.st_mode // 512) % 2 if st else False %}
 {%-     if st and (st.st_mode // 4096 != 4 or st.st_uid != 0 or (writable and (loop.last or not sticky))) %}
-{{-       raise('epilog:%s (%r): %s is a symlink, not owned by root, or writable by its group or others (uid %d, mode %o); the epilog runs as root and writes only where no other account can plant a symlink: choose a directory only root can write, e.g. /var/log/slurm-epilog' | format(key, epilog[key], path, st.st_uid, st.st_mode)) }}
+{{-       raise('epilog:%s (%r): %s is a symlink, not owned by root, or writable by its group or others (uid %d, mode %o);'
+                ' the epilog runs as root and writes only where no other account can plant a symlink:'
+                ' choose a directory only root can write, e.g. /var/log/slurm-epilog'
+                | format(key, epilog[key], path, st.st_uid, st.st_mode)) }}
 {%-     endif %}
 {%-   endfor %}
 {%- endfor %}

@@ -37,7 +37,9 @@
 
 {%- if epilog.pkgs is not defined %}
 {%-   import_yaml tplroot ~ "/osfamilymap.yaml" as osfamilymap %}
-{{-   raise('the os_family grain (%r) is not a family the epilog formula knows (%s): nothing is laid down. Set epilog:lookup:pkgs (or epilog:pkgs) to the packages that give python3, pgrep and perl there' | format(salt['grains.get']('os_family', ''), osfamilymap | join(', '))) }}
+{{-   raise('the os_family grain (%r) is not a family the epilog formula knows (%s): nothing is laid down.'
+              ' Set epilog:lookup:pkgs (or epilog:pkgs) to the packages that give python3, pgrep and perl there'
+              | format(salt['grains.get']('os_family', ''), osfamilymap | join(', '))) }}
 {%- endif %}
 
 include:
@@ -190,13 +192,18 @@ epilog-module-saltutil-sync_modules:
 
 epilog-slurm-conf-old-chain-test:
   test.configurable_test_state:
-    - name: {{ ('slurm.conf names no other chain of this formula' if not elsewhere else 'slurm.conf still runs an old chain: ' ~ (elsewhere | map(attribute='dir') | unique | join(', '))) | json }}
+    - name: {{ ('slurm.conf names no other chain of this formula' if not elsewhere
+                else 'slurm.conf still runs an old chain: ' ~ (elsewhere | map(attribute='dir') | unique | join(', '))) | json }}
     - changes: False
     - result: True
 {%-   if elsewhere %}
     - warnings:
 {%-     for item in elsewhere %}
-      - {{ ('%s has %s=%s/%s.sh: slurmd runs the chain in %s, not this one in %s, and it no longer gets the pillar\'s updates. Point %s= at %s/%s.sh, run scontrol reconfigure, then state.apply epilog.clean pillar=\'{"epilog_clean": {"slurm_config_dir": "%s"}}\'' | format(item.conf, item.key, item.dir, item.key | lower, item.dir, confdir, item.key, confdir, item.key | lower, item.dir)) | json }}
+      - {{ ('%s has %s=%s/%s.sh: slurmd runs the chain in %s, not this one in %s, and it no longer gets the pillar\'s updates.'
+            ' Point %s= at %s/%s.sh, run scontrol reconfigure, then state.apply epilog.clean'
+            ' pillar=\'{"epilog_clean": {"slurm_config_dir": "%s"} }\''
+            | format(item.conf, item.key, item.dir, item.key | lower, item.dir, confdir, item.key, confdir, item.key | lower, item.dir))
+           | json }}
 {%-     endfor %}
 {%-   endif %}
     - require:

@@ -3,8 +3,8 @@
     a failed batch switched back to the release it ran before. Run on the
     master:
 
-      salt-run state.orchestrate epilog.rollout pillar='{"epilog_rollout": {"target": "slurm-work-*"}}' test=True
-      salt-run state.orchestrate epilog.rollout pillar='{"epilog_rollout": {"target": "slurm-work-*", "batch": "25%"}}'
+      salt-run state.orchestrate epilog.rollout pillar='{"epilog_rollout": {"target": "slurm-work-*"}}' test=True  # noqa: 206
+      salt-run state.orchestrate epilog.rollout pillar='{"epilog_rollout": {"target": "slurm-work-*", "batch": "25%"}}'  # noqa: 206
 
     epilog_rollout (pillar or CLI):
       target    the minions (required)
@@ -73,7 +73,9 @@
 
 epilog-rollout-plan:
   test.show_notification:
-    - text: {{ ('rollout %s of the epilog chain: canary %s, then %d batch(es) of up to %d: %s%s' | format(name, canary, batches | length - 1, size, batches[1:] | map('join', ',') | join(' | ') or 'none', '; not responding, left out: ' ~ (down | join(', ')) if down else '')) | json }}
+    - text: {{ ('rollout %s of the epilog chain: canary %s, then %d batch(es) of up to %d: %s%s'
+                | format(name, canary, batches | length - 1, size, batches[1:] | map('join', ',') | join(' | ') or 'none',
+                         '; not responding, left out: ' ~ (down | join(', ')) if down else '')) | json }}
 
 {%- for nodes in batches %}
 {%-   set i = loop.index0 %}

@@ -15,8 +15,19 @@ from pathlib import Path
 import pytest
 
 from tests.functional.conftest import add_part
-from tests.helpers import (ACCOUNTS, end, hostile, kill_all_of, live_processes_of, owned_file, process_uids, slurmd_env,
-                           stray, uid_of, wait_for)
+from tests.helpers import (
+    ACCOUNTS,
+    end,
+    hostile,
+    kill_all_of,
+    live_processes_of,
+    owned_file,
+    process_uids,
+    slurmd_env,
+    stray,
+    uid_of,
+    wait_for,
+)
 
 # The epilog of alice's last job on this node: another job's socket is not in
 # the spool, SLURM_CONF points nowhere (no controller), so the decision is
@@ -141,7 +152,6 @@ def test_a_users_fake_slurmstepd_is_no_evidence_of_another_job(own_chain, fake_s
     cleanup."""
     c = own_chain()
     shutil.chown(c.spool_dir, "slurm", "slurm")
-    proc, children = fake_stepd
     run_epilog(c)
     start = next(line for line in c.log_text().splitlines() if "epilog.sh" in line and "start;" in line)
     assert "other jobs of this user on this node: no (node-local: no slurmstepd of root on this node)" in start, start

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.functional.test_sweep import sweep
-from tests.helpers import (Chain, hostile, ids_of, lay_down, live_spool, require, require_tools, slurmd_env, uid_of,
-                           wait_for)
+from tests.helpers import Chain, hostile, ids_of, lay_down, live_spool, require, require_tools, slurmd_env, uid_of, wait_for
 
 # alice binds an abstract unix socket named by argv[1]: any bytes, newlines too.
 BIND_ABSTRACT = ("import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.bind(b'\\0' + sys.argv[1].encode()); "
@@ -142,7 +141,8 @@ def test_a_user_name_that_looks_like_an_option_is_data_to_the_sweep(var_chain, a
     run_part_45(site, var_chain, user, uid=uid_of("-v"))  # a uid no passwd entry names
     assert not os.path.lexists(site.path("/tmp/.X11-unix/X84")), var_chain.log_text()[-2000:]
     assert not os.path.lexists(site.path("/tmp/.X84-lock"))
-    assert f"45-stale-x-display job=4711 user={user} release={var_chain.release_id}: stale X display purged: :84" in var_chain.log_text()
+    purged = f"45-stale-x-display job=4711 user={user} release={var_chain.release_id}: stale X display purged: :84"
+    assert purged in var_chain.log_text()
 
 
 # -- 11. scratch removal never deletes another account's file -------------------

@@ -30,7 +30,8 @@ class Node:
 
     def set_pillar(self, localusers=("root", "je.kim"), **extra):
         settings = {"slurm_config_dir": str(self.conf_dir), "ssh_allow_file": str(self.base / "localusers"),
-                    "log_file": str(self.base / "epilog.log"), "slurmd_spool_dir": str(self.base / "spool"), "run_dir": str(self.base / "run"),
+                    "log_file": str(self.base / "epilog.log"), "slurmd_spool_dir": str(self.base / "spool"),
+                    "run_dir": str(self.base / "run"),
                     "localusers": list(localusers), **extra}
         (self.base / "pillar/epilog.sls").write_text(json.dumps({"epilog": settings}))
 

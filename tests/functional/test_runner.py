@@ -14,8 +14,6 @@ from tests.functional.conftest import add_part
 from tests.helpers import end, killed, owned_file, require_tools, slurmd_env, still_running, stray
 
 
-
-
 def test_runner_runs_parts_in_ascending_order_and_only_run_parts_names(own_chain, tmp_path):
     c = own_chain()
     trail = tmp_path / "trail"

@@ -54,7 +54,7 @@ def test_parser_reads_a_bounded_number_of_files_whatever_includes_what(tmp_path)
     for i in range(6):
         (tmp_path / f"{i}.conf").write_text(f"Include {tmp_path}/*.conf\nEpilog=/e{i}\n")
     (tmp_path / "slurm.conf").write_text("Include *.conf\n")
-    values, read, problems = epilog.parse_slurm_conf(str(tmp_path / "slurm.conf"))
+    _, read, problems = epilog.parse_slurm_conf(str(tmp_path / "slurm.conf"))
     assert len(read) == epilog.CONF_FILES_MAX, len(read)
     assert any(f"more than {epilog.CONF_FILES_MAX} files included" in p for p in problems), problems[:3]
     (tmp_path / "nul.conf").write_bytes(b"Include /etc/\x00passwd\n")

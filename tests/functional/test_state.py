@@ -7,7 +7,6 @@ import shutil
 import subprocess
 
 import pytest
-
 import yaml
 
 from tests.helpers import REPO, SALT_BINS, Chain, SaltCall, require_tools
@@ -24,7 +23,8 @@ STATE_COUNT = (len(LAYOUT["directories"]) + 1 + len(LAYOUT["data"]) + 1 + len(LA
 SYNC = "epilog-module-saltutil-sync_modules"
 # never "pending" on a node that has them: the packages, and the absence of
 # files no earlier version laid down here; the old-chain check never changes
-ALREADY_THERE = {"epilog-parts-tools-pkg-installed", "epilog-slurm-conf-old-chain-test"} | {f"epilog-{f['id']}-retired-file-absent" for f in LAYOUT["retired"]}
+ALREADY_THERE = {"epilog-parts-tools-pkg-installed", "epilog-slurm-conf-old-chain-test"} | {
+    f"epilog-{f['id']}-retired-file-absent" for f in LAYOUT["retired"]}
 
 
 def sandbox(tmp_path):

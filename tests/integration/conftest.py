@@ -336,7 +336,7 @@ def sshd(tmp_path_factory, accounts):
 def listfile_sshd(tmp_path_factory, accounts, slurm):
     """A real sshd on 127.0.0.1:2223 that lets in only the users listed in
     the test Slurm's ssh allow file (pam_listfile, account stack)."""
-    require(Path("/lib/x86_64-linux-gnu/security/pam_listfile.so").exists() or Path("/usr/lib64/security/pam_listfile.so").exists(),
+    require(any(Path(d, "security/pam_listfile.so").exists() for d in ("/lib/x86_64-linux-gnu", "/usr/lib64")),
             "pam_listfile (libpam-modules)")
     server = start_sshd(tmp_path_factory, "listfile-sshd", LISTFILE_SSHD_PORT, allow_file=slurm.chain.allow_file)
     yield server

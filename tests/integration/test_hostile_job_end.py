@@ -104,8 +104,8 @@ def test_a_new_job_of_the_user_is_never_hit_by_the_epilog_of_the_one_before(slur
         assert marker.read_text() == "survived\n", "the second job was killed by the first job's epilog"
         lines = slurm.chain.log_text().splitlines()
         first_end = max(i for i, line in enumerate(lines) if f"epilog.sh job={first} " in line and line.endswith(": end"))
-        second_prolog = min(i for i, line in enumerate(lines) if f"job={second} " in line and "prolog.sh" in line
-                            or f"job={second} " in line and "50-exclusive-ssh" in line)
+        second_prolog = min(i for i, line in enumerate(lines) if (f"job={second} " in line and "prolog.sh" in line)
+                            or (f"job={second} " in line and "50-exclusive-ssh" in line))
         assert first_end < second_prolog, "\n".join(lines[-40:])
         first_log = "\n".join(slurm.job_log(first))
         assert "other jobs of this user on this node: no" in first_log

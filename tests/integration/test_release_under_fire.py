@@ -3,8 +3,8 @@ end always runs one complete release, never a mix, and never drains the
 node. The state and epilog.rollback run through a real salt-call on a minion
 whose pillar points at the test Slurm's chain."""
 import json
-import re
 import pwd
+import re
 import shutil
 import subprocess
 import tempfile

@@ -92,7 +92,7 @@ def test_a_master_serving_salt_dir_alone_lays_down_a_chain_that_sweeps_at_a_job_
             answer = cli.run("epilog.sweep", "test=True", minion_tgt=minion_id)
             assert answer.returncode == 0 and answer.data["test"] is True, answer
             expect = sc.orphan_socket_and_stale_lock(host_site)
-            job, _, log = job_end(slurm)
+            _, _, log = job_end(slurm)
             assert f"release={release}" in log, log
             sc.check(host_site, expect, log_text=log)
             state, reason = slurm.node_state()

@@ -118,7 +118,8 @@ def test_another_job_of_the_user_keeps_the_lastuserjob_parts_from_running(slurm,
         slurm.wait_epilog_end(job)
         log = "\n".join(slurm.job_log(job))
         if evidence == "mark":
-            assert f"other jobs of this user on this node: yes (node-local: job {batch} of uid {uid_of('alice')} started here" in log, log
+            marked = f"job {batch} of uid {uid_of('alice')} started here"
+            assert f"other jobs of this user on this node: yes (node-local: {marked}" in log, log
         else:
             assert "other jobs of this user on this node: yes (node-local: root's slurmstepd" in log, log
         assert "skipping 40-lastuserjob-processes" in log
@@ -140,13 +141,13 @@ def test_decisions_reach_syslog_with_tag_slurm_epilog(slurm, rsyslog):
     slurm.wait_epilog_end(job)
 
     def decisions():
-        lines = [l for l in rsyslog.text().splitlines() if "slurm-epilog" in l and f"job={job} " in l]
-        wanted = [any("40-lastuserjob-processes" in l and "killed the processes of uid" in l for l in lines),
-                  any("epilog.sh" in l and l.endswith(": end") for l in lines)]
+        lines = [line for line in rsyslog.text().splitlines() if "slurm-epilog" in line and f"job={job} " in line]
+        wanted = [any("40-lastuserjob-processes" in line and "killed the processes of uid" in line for line in lines),
+                  any("epilog.sh" in line and line.endswith(": end") for line in lines)]
         return lines if all(wanted) else None
 
     lines = wait_for(decisions, 30, what=f"part 40's decision and the runner's end of job {job} in syslog")
-    assert all("slurm-epilog" in l for l in lines), lines
+    assert all("slurm-epilog" in line for line in lines), lines
 
 
 def test_node_never_drains_without_syslog_daemon(slurm, rsyslog):

@@ -49,7 +49,7 @@ def test_job_end_removes_only_its_own_scratch(slurm, accounts, host_site):
     other = Path("/tmp/slurm9999999.out")
     other.write_text("another job's")
     try:
-        job, out, log = job_end(slurm, 'touch /tmp/slurm$SLURM_JOB_ID.out /tmp/slurm${SLURM_JOB_ID}9.out; '
+        job, _, log = job_end(slurm, 'touch /tmp/slurm$SLURM_JOB_ID.out /tmp/slurm${SLURM_JOB_ID}9.out; '
                                        'mkdir -p /tmp/vcs_sim_$SLURM_JOB_ID/deep/er; touch /tmp/vcs_sim_$SLURM_JOB_ID/deep/er/f')
         assert not Path(f"/tmp/slurm{job}.out").exists()
         assert not Path(f"/tmp/vcs_sim_{job}").exists()

@@ -280,7 +280,7 @@ class Releases:
                     try:
                         compile(handle.read(), path, "exec")
                     except (SyntaxError, ValueError) as exc:
-                        raise Refused("%s does not compile: %s" % (path, exc))
+                        raise Refused("%s does not compile: %s" % (path, exc)) from exc
         return {rel: digest for rel, digest in self.hashes(rid, files).items() if rel in expect}, expect
 
     # -- changing ------------------------------------------------------------
@@ -607,7 +607,7 @@ def main(argv=None):
             report = status(releases, args.entry or releases.entries())
         else:
             parser.error("a command is required")
-    except Exception as exc:  # one JSON answer, whatever went wrong  # pylint: disable=broad-except
+    except Exception as exc:  # noqa: BLE001 - one JSON answer, whatever went wrong
         report = {"result": False, "switched": False, "comment": "%s: %s" % (type(exc).__name__, exc)}
     json.dump(report, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
