@@ -24,7 +24,7 @@
 {%- for path in salt['cp.list_master'](saltenv=saltenv, prefix=tplroot ~ '/files/') | sort %}
 {%-   if path.endswith('.jinja') %}{% do sources.append(path) %}{% endif %}
 {%- endfor %}
-{%- for path in sources + [tplroot ~ '/layout.yaml', tplroot ~ '/parts.sls', '_modules/epilog.py'] %}
+{%- for path in sources + [tplroot ~ '/layout.yaml', tplroot ~ '/parts.sls', '_modules/epilog_sweep.py'] %}
 {%-   do inputs.append(path ~ ' ' ~ (salt['cp.hash_file']('salt://' ~ path, saltenv=saltenv) or {}).get('hsum', 'missing')) %}
 {%- endfor %}
 {%- set release = salt['hashutil.sha256_digest'](inputs | join('\n'))[:12] %}
@@ -85,15 +85,17 @@ epilog-release-{{ sub | replace('.', '-') }}-file-directory:
       - file: epilog-release-file-directory
 {%- endfor %}
 
-{#- The residue sweep: the execution module salt/_modules/epilog.py (the
-    top-level _modules/epilog.py is a symlink to it), laid down verbatim so
-    that part 45 runs the same code with the system python3 and no Salt.
-    salt/ alone serves it, as salt://_modules/epilog.py, to the state and to
-    saltutil.sync_modules. #}
+{#- The residue sweep: salt/_modules/epilog_sweep.py (the top-level
+    _modules/epilog_sweep.py is a symlink to it), laid down verbatim so that
+    part 45 runs, with the system python3 and no Salt, the same code the
+    epilog module loads for epilog.sweep. salt/ alone serves it, as
+    salt://_modules/epilog_sweep.py, to the state and to
+    saltutil.sync_modules. The module's own file, epilog.py, is not laid
+    down: changing it changes no release. #}
 epilog-release-sweep-module-file-managed:
   file.managed:
     - name: {{ (reldir ~ '/epilog_sweep.py') | json }}
-    - source: salt://_modules/epilog.py
+    - source: salt://_modules/epilog_sweep.py
     - user: root
     - group: root
     - mode: '0644'

@@ -192,8 +192,9 @@ def test_verify_names_a_missing_tool(node):
 
 def test_the_module_answers_right_after_the_first_apply(salt_factories, accounts, salt_line):
     """A minion that has only what it synced (no module_dirs): the first
-    apply syncs the epilog module, so verify answers at once; the synced
-    module is the laid-down sweep, byte for byte."""
+    apply syncs the epilog module, so verify answers at once; the sweep
+    synced beside it, which the module runs, is the laid-down sweep, byte
+    for byte."""
     fresh = Node(salt_factories, module_dirs=[], salt_line=salt_line)
     try:
         before = fresh.call("epilog.verify")
@@ -202,7 +203,9 @@ def test_the_module_answers_right_after_the_first_apply(salt_factories, accounts
         assert ret.states["epilog-module-saltutil-sync_modules"]["changes"], ret.states
         report = fresh.run("verify")
         assert report["result"] is True, report["problems"]
-        synced = list(Path(fresh.call.config_dir).parent.rglob("extmods/modules/epilog.py"))
+        extmods = Path(fresh.call.config_dir).parent
+        assert list(extmods.rglob("extmods/modules/epilog.py")), "the module was not synced"
+        synced = list(extmods.rglob("extmods/modules/epilog_sweep.py"))
         assert synced and synced[0].read_bytes() == (fresh.release / "epilog_sweep.py").read_bytes(), synced
         again = fresh.apply()
         assert not again.states["epilog-module-saltutil-sync_modules"]["changes"], again.states

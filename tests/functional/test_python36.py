@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers import REPO
 
-FILES = [REPO / "salt/_modules/epilog.py", REPO / "salt/epilog/files/release.py"]
+FILES = [REPO / "salt/_modules/epilog_sweep.py", REPO / "salt/epilog/files/release.py"]
 # keywords added after 3.6 to calls these files make
 NEWER = {"run": {"capture_output", "text"}, "Popen": {"text"}, "check_output": {"text"},
          "add_subparsers": {"required"}}

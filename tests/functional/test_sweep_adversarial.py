@@ -148,7 +148,7 @@ def test_unknown_whether_held_keeps_the_socket(accounts, site, tmp_path):
     site.path("/tmp/.X97-lock").unlink()
     ret = subprocess.run(
         [*site.prefix, "unshare", "--mount", "--propagation", "private", "sh", "-c",
-         'mount -t tmpfs no-proc /proc && exec python3 -I -S "$0" sweep --json', str(REPO / "_modules/epilog.py")],
+         'mount -t tmpfs no-proc /proc && exec python3 -I -S "$0" sweep --json', str(REPO / "_modules/epilog_sweep.py")],
         capture_output=True, text=True, timeout=60)
     assert ret.returncode == 0, ret.stderr
     report = json.loads(ret.stdout)
@@ -171,7 +171,7 @@ def test_part_never_fails_even_when_the_sweep_cannot_run(accounts, site):
     """python3 epilog_sweep.py sweep --part exits 0 even with a bad argument,
     and takes the job from its environment only: a hostile SLURM_JOB_ID is
     no job at all."""
-    ret = subprocess.run([*site.prefix, "python3", "-I", "-S", str(REPO / "_modules/epilog.py"), "sweep", "--part",
+    ret = subprocess.run([*site.prefix, "python3", "-I", "-S", str(REPO / "_modules/epilog_sweep.py"), "sweep", "--part",
                           "--budget=nope"], capture_output=True, text=True, timeout=60,
                          env={"SLURM_JOB_ID": "12; rm -rf /", "SLURM_JOB_UID": "1001"})
     assert ret.returncode == 0

@@ -133,7 +133,7 @@ def test_2_batched_apply_lays_down_every_node(fleet):
     for minion in MINIONS:
         assert (fleet.conf_dir(minion) / "epilog-releases/current/epilog.d/39-lastuserjob-ssh").is_file(), minion
         assert ((fleet.conf_dir(minion) / "epilog-releases/current/epilog_sweep.py").read_bytes()
-                == (REPO / "_modules/epilog.py").read_bytes())
+                == (REPO / "_modules/epilog_sweep.py").read_bytes())
 
 
 def test_3_second_apply_changes_nothing(fleet):

@@ -87,7 +87,7 @@ def test_a_master_serving_salt_dir_alone_lays_down_a_chain_that_sweeps_at_a_job_
             assert not failed, failed
             release = slurm.chain.release_id
             assert release != before
-            assert (slurm.chain.release / "epilog_sweep.py").read_bytes() == (REPO / "salt/_modules/epilog.py").read_bytes()
+            assert (slurm.chain.release / "epilog_sweep.py").read_bytes() == (REPO / "salt/_modules/epilog_sweep.py").read_bytes()
             # the module came with the apply, from salt/_modules
             answer = cli.run("epilog.sweep", "test=True", minion_tgt=minion_id)
             assert answer.returncode == 0 and answer.data["test"] is True, answer
