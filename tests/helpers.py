@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import time
+from importlib.util import module_from_spec, spec_from_file_location
 from pathlib import Path
 
 import pytest
@@ -372,3 +373,12 @@ def hostile(user, *argv, prefix=(), reaper=None):
         proc.kill()
         raise AssertionError(f"{argv} as {user} printed nothing (rc={proc.wait()})")
     return proc, line
+
+
+def load_file(path, name):
+    """The Python file PATH loaded as a module named NAME, as the tests read
+    the epilog module and the sweep without Salt's loader."""
+    spec = spec_from_file_location(name, path)
+    module = module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

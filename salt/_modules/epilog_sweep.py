@@ -128,13 +128,21 @@ def _root_file(path):
 
 
 class _Log:
-    """Best-effort log: one line to the log file, one datagram to /dev/log.
-    Never raises and never blocks (the syslog socket is non-blocking).
+    """Best-effort log: each line to the log file, and as a datagram to
+    /dev/log. Never raises and never blocks (the syslog socket is
+    non-blocking).
+
+    Lines are gathered and go out together (flush): when FLUSH_LINES have
+    gathered, and when the sweep ends. A sweep of hundreds of entries then
+    opens the file and a syslog socket once per flush, not once per line.
 
     The file is LOG_FD when the epilog part hands its open log over, else
     LOG_FILE, opened only in a directory only root can write, without
     following a symlink, without blocking, and only when it is a regular file
     with no other hard link."""
+
+    FLUSH_LINES = 64
+    SYSLOG = "/dev/log"
 
     def __init__(self, log_file, source, job=None, user=None, enabled=True, log_fd=None, release=None):
         self.log_file = log_file
@@ -142,6 +150,7 @@ class _Log:
         self.prefix = f"{source} job={job or 'none'} user={_show(user) if user else 'none'}"
         self.prefix += f" release={release}: " if release else ": "
         self.enabled = enabled
+        self._pending = []
 
     def _open(self):
         if self.log_fd is not None:
@@ -159,23 +168,34 @@ class _Log:
     def __call__(self, level, message):
         if not self.enabled:
             return
-        line = self.prefix + message
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self._pending.append((time.strftime("%Y-%m-%dT%H:%M:%S%z"), level, self.prefix + message))
+        if len(self._pending) >= self.FLUSH_LINES:
+            self.flush()
+
+    def flush(self):
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
         try:
             fd, close = self._open()
             if fd is not None:
                 try:
-                    os.write(fd, f"{stamp} {level} {line}\n".encode("utf-8", "backslashreplace"))
+                    os.write(fd, "".join(f"{stamp} {level} {line}\n" for stamp, level, line in pending)
+                             .encode("utf-8", "backslashreplace"))
                 finally:
                     if close:
                         os.close(fd)
         except OSError:
             pass
-        priority = 3 * 8 + (4 if level == "warning" else 6)  # facility daemon
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
                 sock.setblocking(False)
-                sock.sendto(f"<{priority}>{LOG_TAG}: {line}".encode("utf-8", "backslashreplace"), "/dev/log")
+                for _, level, line in pending:
+                    priority = 3 * 8 + (4 if level == "warning" else 6)  # facility daemon
+                    try:
+                        sock.sendto(f"<{priority}>{LOG_TAG}: {line}".encode("utf-8", "backslashreplace"), self.SYSLOG)
+                    except BlockingIOError:
+                        continue  # syslog is behind: that line is lost, the sweep is not held up
         except OSError:
             pass
 
@@ -323,6 +343,7 @@ class _Sweep:
         self._decided = set()
         self._owners = {}
         self._holders = {}
+        self._pid_max = None
 
     # -- bookkeeping -------------------------------------------------------
     def keep(self, kind, path, reason):
@@ -391,13 +412,15 @@ class _Sweep:
         except OSError:
             return "?"
 
-    @staticmethod
-    def pid_max():
-        try:
-            with open("/proc/sys/kernel/pid_max", "rb") as handle:
-                return int(handle.read())
-        except (OSError, ValueError):
-            return 4194304
+    def pid_max(self):
+        """The kernel's pid_max, read once per sweep."""
+        if self._pid_max is None:
+            try:
+                with open("/proc/sys/kernel/pid_max", "rb") as handle:
+                    self._pid_max = int(handle.read())
+            except (OSError, ValueError):
+                self._pid_max = 4194304
+        return self._pid_max
 
     def listener_answers(self, x_fd, name, st):
         """Does a live socket still listen on the socket file NAME? A second,
@@ -563,6 +586,7 @@ class _Sweep:
                                 f"{self.report['left']} entries left for the next job end")
         finally:
             os.close(tmp_fd)
+            self.log.flush()
         self.report["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
         return self.report
 
@@ -856,12 +880,14 @@ def main(argv=None):
                            release=release)
     except SweepError as exc:
         log("warning", f"sweep could not run: {exc}")
+        log.flush()
         print(f"epilog_sweep.py: {exc}", file=sys.stderr)
         return 0 if args.part else 1
     except Exception as exc:  # the part must never fail the epilog  # pylint: disable=broad-except
         if not args.part:
             raise
         log("warning", f"sweep failed: {exc!r}")
+        log.flush()
         return 0
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))

@@ -1,72 +1,9 @@
-"""slurm.conf read the way Slurm reads it: a table of the forms Slurm
-accepts, through the module's parser, then epilog.verify and epilog.clean
-on a node laid down by the real state (the Node of test_operations)."""
-from importlib.util import module_from_spec, spec_from_file_location
-
+"""slurm.conf read the way Slurm reads it, by epilog.verify and epilog.clean
+on a node laid down by the real state (the Node of test_operations); the
+parser's table of the forms Slurm accepts is in tests/unit."""
 import pytest
 
 from tests.functional.test_operations import node  # noqa: F401 - the fixture
-from tests.helpers import REPO
-
-
-def load_module():
-    spec = spec_from_file_location("epilog_module_conf", REPO / "_modules/epilog.py")
-    module = module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-EPILOG = "/etc/slurm/epilog.sh"
-# (id, files {relative name: text}, the Epilog= values in order)
-FORMS = [
-    ("plain", {"slurm.conf": f"Epilog={EPILOG}\n"}, [EPILOG]),
-    ("spaces-around-equals", {"slurm.conf": f"Epilog = {EPILOG}\n"}, [EPILOG]),
-    ("quoted", {"slurm.conf": f'Epilog="{EPILOG}"\n'}, [EPILOG]),
-    ("quoted-with-spaces", {"slurm.conf": 'Epilog = "/etc/slurm dir/epilog.sh"\n'}, ["/etc/slurm dir/epilog.sh"]),
-    ("any-case", {"slurm.conf": f"EPILOG={EPILOG}\nepilog={EPILOG}.2\n"}, [EPILOG, f"{EPILOG}.2"]),
-    ("several-pairs-on-a-line", {"slurm.conf": f"PrologFlags=Alloc Epilog={EPILOG} Prolog=/x\n"}, [EPILOG]),
-    ("comment", {"slurm.conf": f"#Epilog=/old\nEpilog={EPILOG} # the runner\n"}, [EPILOG]),
-    ("task-epilog-is-not-epilog", {"slurm.conf": "TaskEpilog=/x\nSrunEpilog=/y\n"}, []),
-    ("include-relative", {"slurm.conf": "Include epilog.conf\n", "epilog.conf": f"Epilog={EPILOG}\n"}, [EPILOG]),
-    ("include-glob-in-order", {"slurm.conf": "Epilog=/first\ninclude conf.d/*.conf\n",
-                               "conf.d/10.conf": "Epilog=/second\n", "conf.d/20.conf": f"Epilog={EPILOG}\n"},
-     ["/first", "/second", EPILOG]),
-    ("include-absolute", {"slurm.conf": "Include {dir}/abs.conf\n", "abs.conf": f"Epilog={EPILOG}\n"}, [EPILOG]),
-]
-
-
-@pytest.mark.parametrize("files,epilogs", [(f, e) for _, f, e in FORMS], ids=[i for i, _, _ in FORMS])
-def test_parser_reads_each_form_as_slurm_does(tmp_path, files, epilogs):
-    epilog = load_module()
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text.replace("{dir}", str(tmp_path)))
-    values, read, problems = epilog.parse_slurm_conf(str(tmp_path / "slurm.conf"))
-    assert problems == []
-    assert values.get("epilog", []) == epilogs
-    assert len(read) == len(files)
-
-
-def test_parser_reads_a_bounded_number_of_files_whatever_includes_what(tmp_path):
-    """Files that include each other (a glob of themselves) are a problem
-    named in the answer, not a loop: at most CONF_FILES_MAX reads."""
-    epilog = load_module()
-    for i in range(6):
-        (tmp_path / f"{i}.conf").write_text(f"Include {tmp_path}/*.conf\nEpilog=/e{i}\n")
-    (tmp_path / "slurm.conf").write_text("Include *.conf\n")
-    _, read, problems = epilog.parse_slurm_conf(str(tmp_path / "slurm.conf"))
-    assert len(read) == epilog.CONF_FILES_MAX, len(read)
-    assert any(f"more than {epilog.CONF_FILES_MAX} files included" in p for p in problems), problems[:3]
-    (tmp_path / "nul.conf").write_bytes(b"Include /etc/\x00passwd\n")
-    _, _, problems = epilog.parse_slurm_conf(str(tmp_path / "nul.conf"))
-    assert problems and "cannot be read" in problems[0], problems
-
-
-def test_parser_names_an_include_it_cannot_read(tmp_path):
-    epilog = load_module()
-    (tmp_path / "slurm.conf").write_text("Include missing.conf\nInclude none-*.conf\n")
-    _, _, problems = epilog.parse_slurm_conf(str(tmp_path / "slurm.conf"))
-    assert len(problems) == 2 and all("names no file" in p or "cannot be read" in p for p in problems), problems
 
 
 @pytest.mark.parametrize("text", [

@@ -87,6 +87,28 @@ def test_release_id_is_the_render_not_the_time(salt_call, tmp_path):
     assert {sid for sid, s in again.states.items() if s["changes"]} == {"epilog-release-switch-cmd-run"}
 
 
+def test_a_change_to_the_module_alone_changes_no_release(salt_call, tmp_path):
+    """The epilog module's operations (verify, rollback, explain) are not
+    laid down: a formula whose epilog.py differs, and nothing else, gives
+    the same release and changes no file on the node."""
+    c = sandbox(tmp_path)
+    assert salt_call("state.apply", "epilog", pillar=c.pillar()).returncode == 0
+    first, before = c.release_id, {p: p.read_bytes() for p in c.release.rglob("*") if p.is_file()}
+    changed = tmp_path / "changed"
+    shutil.copytree(REPO / "salt", changed / "salt", symlinks=True)
+    module = changed / "salt/_modules/epilog.py"
+    module.write_text(module.read_text().replace('"""', '"""A docstring edit. ', 1))
+    try:
+        ret = salt_call("state.apply", "epilog", f"--file-root={changed}/salt", pillar=c.pillar())
+    finally:
+        # the apply synced the edited module: the session's minion gets the real one back
+        assert salt_call("saltutil.sync_modules").returncode == 0
+    assert ret.returncode == 0, ret
+    assert c.release_id == first
+    assert {p: p.read_bytes() for p in c.release.rglob("*") if p.is_file()} == before
+    assert not [sid for sid, s in ret.states.items() if s["changes"] and sid != "epilog-module-saltutil-sync_modules"], ret.states
+
+
 def test_render_failing_bash_n_is_refused_and_old_file_stays(salt_call, tmp_path):
     c = sandbox(tmp_path)
     assert salt_call("state.apply", "epilog", pillar=c.pillar()).returncode == 0

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests import sweep_scenarios as sc
-from tests.helpers import REPO
+from tests.helpers import REPO, load_file
 
 
 def sweep(sweeper, site, *args):
@@ -81,9 +81,6 @@ def test_sweep_that_cannot_run_exits_non_zero(salt_call):
 
 
 def test_module_defaults_match_the_formula_defaults():
-    from importlib.util import module_from_spec, spec_from_file_location
-    spec = spec_from_file_location("epilog_module", REPO / "_modules/epilog.py")
-    module = module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_file(REPO / "_modules/epilog.py", "epilog_module")
     defaults = yaml.safe_load((REPO / "salt/epilog/defaults.yaml").read_text())["epilog"]
     assert module.DEFAULTS == {key: defaults[key] for key in module.DEFAULTS}

@@ -1,0 +1,173 @@
+"""The sweep's pure rules (epilog_sweep.py, standard library only): the
+names it recognises, the lock content it trusts, the scratch patterns, the
+arguments it refuses, how it shows a hostile name, and its log's batching.
+No root, no Salt, no /tmp."""
+import os
+import socket
+
+import pytest
+
+from tests.helpers import REPO, load_file
+
+sweep = load_file(REPO / "_modules/epilog_sweep.py", "epilog_sweep_unit")
+
+
+@pytest.mark.parametrize("name,display", [
+    ("X0", 0), ("X12", 12), ("X99999", 99999),
+    ("X012", None), ("X100000", None), ("X-1", None), ("X1\n", None), ("X", None), ("x1", None), ("X1 ", None),
+])
+def test_x_socket_names_are_displays_written_as_the_x_server_writes_them(name, display):
+    match = sweep.X_SOCKET_NAME.match(name)
+    assert (int(match.group(1)) if match else None) == display
+
+
+@pytest.mark.parametrize("name,display", [
+    (".X0-lock", 0), (".X80-lock", 80), (".X080-lock", None), (".X80-lock\n", None), (".X80-lock.bak", None),
+])
+def test_x_lock_names(name, display):
+    match = sweep.X_LOCK_NAME.match(name)
+    assert (int(match.group(1)) if match else None) == display
+    # anything lock-like that is not a lock name is kept and reported, never removed
+    assert bool(sweep.X_LOCK_LIKE.match(name)) == name.endswith("-lock")
+
+
+@pytest.mark.parametrize("name,user,pid", [
+    ("clsbd.alice.1234", "alice", "1234"),
+    ("clsbd.unknownUser.7", "unknownUser", "7"),
+    ("clsbd.a.b.99", "a.b", "99"),        # the pid is the last field, whatever the user name holds
+    ("clsbd.-v.5", "-v", "5"),            # a name is data
+    ("clsbd.alice.12\n", None, None),
+    ("clsbd.alice.", None, None),
+    ("clsbd.alice.x1", None, None),
+])
+def test_clsbd_names_give_user_and_pid(name, user, pid):
+    match = sweep.CLSBD_NAME.match(name)
+    assert (match.groups() if match else (None, None)) == (user, pid)
+
+
+@pytest.mark.parametrize("data,pid", [
+    (b"      1234\n", 1234), (b"         1\n", 1), (b"4294967295\n", 4294967295),
+    (b"      1234", None), (b"     -1234\n", None), (b"      12a4\n", None), (b"      1234\n\n", None),
+    (b"\n      1234", None),
+])
+def test_lock_content_is_the_x_servers_own_format_only(data, pid):
+    match = sweep.LOCK_CONTENT.match(data)
+    assert (int(match.group(1)) if match else None) == pid
+
+
+@pytest.mark.parametrize("pattern,name,matches", [
+    ("slurm{jobid}*", "slurm12", True),
+    ("slurm{jobid}*", "slurm12.out", True),
+    ("slurm{jobid}*", "slurm123", False),          # another job's
+    ("slurm{jobid}*", "slurm112", False),
+    ("vcs*{jobid}*", "vcs_sim_12", True),
+    ("vcs*{jobid}*", "vcs_sim_120", False),
+    ("vcs*{jobid}*", "vcs_sim_212", False),
+    ("slurm{jobid}*", "slurm12\nx", True),         # a newline is part of the name, not its end
+    ("slurm{jobid}?", "slurm12", False),
+    ("slurm{jobid}?", "slurm12x", True),
+])
+def test_scratch_patterns_match_the_job_and_only_that_job(pattern, name, matches):
+    assert bool(sweep._scratch_regex(pattern, "12").match(name)) == matches
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"job": "12a", "uid": 50101}, "numeric Slurm job id"),
+    ({"job": "12"}, "only with the job's user"),
+    ({"job": "12", "uid": 0}, "only with the job's user"),
+    ({"job": "12", "uid": 4294967295}, "only with the job's user"),
+    ({"patterns": ["*{jobid}"]}, "may not start with a wildcard or a dot"),
+    ({"patterns": [".x{jobid}"]}, "may not start with a wildcard or a dot"),
+    ({"patterns": ["slurm*"]}, "must hold {jobid} once"),
+    ({"patterns": ["a/{jobid}"]}, "must hold {jobid} once"),
+    ({"patterns": ["{jobid}{jobid}"]}, "must hold {jobid} once"),
+    ({"budget": "0"}, "between 0 and 3600"),
+    ({"budget": 3601}, "between 0 and 3600"),
+    ({"budget": "ten"}, "a number of seconds"),
+])
+def test_the_sweep_refuses_what_it_cannot_run_safely(kwargs, message):
+    args = {"job": None, "patterns": [], "budget": 10, "uid": None, **kwargs}
+    with pytest.raises(sweep.SweepError, match=message.replace("{", r"\{").replace("}", r"\}")):
+        sweep._check_args(args["job"], args["patterns"], args["budget"], args["uid"])
+
+
+def test_the_sweep_takes_a_plain_job_with_its_uid():
+    assert sweep._check_args("12", ["slurm{jobid}*"], "2.5", "50101") == ("12", ["slurm{jobid}*"], 2.5, 50101)
+
+
+@pytest.mark.parametrize("name,shown", [
+    ("/tmp/a\nb", "/tmp/a\\nb"), ("/tmp/a\\nb", "/tmp/a\\\\nb"), ("/tmp/\t\r", "/tmp/\\t\\r"),
+    (os.fsdecode(b"/tmp/\xff"), "/tmp/\\\\xff"),
+])
+def test_a_name_is_shown_on_one_line_whatever_it_holds(name, shown):
+    assert sweep._show(name) == shown
+
+
+@pytest.fixture
+def log_sinks(tmp_path):
+    """A log file and a syslog socket of the test's own."""
+    fd = os.open(tmp_path / "epilog.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    syslog = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    syslog.bind(str(tmp_path / "log"))
+    syslog.setblocking(False)
+    yield tmp_path / "epilog.log", fd, syslog
+    os.close(fd)
+    syslog.close()
+
+
+def _datagrams(sock):
+    out = []
+    while True:
+        try:
+            out.append(sock.recv(4096).decode())
+        except BlockingIOError:
+            return out
+
+
+def test_the_log_writes_its_lines_together_at_a_flush_and_each_to_syslog(log_sinks, monkeypatch):
+    path, fd, syslog = log_sinks
+    log = sweep._Log(None, "45-stale-x-display", job="7", user="-v", log_fd=fd, release="0123456789ab")
+    monkeypatch.setattr(log, "SYSLOG", syslog.getsockname())
+    log("info", "stale X display purged: :84")
+    log("warning", "kept /tmp/.X85-lock: malformed")
+    assert path.read_text() == "" and _datagrams(syslog) == []
+    log.flush()
+    lines = path.read_text().splitlines()
+    assert [line.split(" ", 2)[1:] for line in lines] == [
+        ["info", "45-stale-x-display job=7 user=-v release=0123456789ab: stale X display purged: :84"],
+        ["warning", "45-stale-x-display job=7 user=-v release=0123456789ab: kept /tmp/.X85-lock: malformed"]]
+    assert _datagrams(syslog) == [
+        "<30>slurm-epilog: 45-stale-x-display job=7 user=-v release=0123456789ab: stale X display purged: :84",
+        "<28>slurm-epilog: 45-stale-x-display job=7 user=-v release=0123456789ab: kept /tmp/.X85-lock: malformed"]
+
+
+def test_the_log_flushes_by_itself_every_flush_lines(log_sinks, monkeypatch):
+    path, fd, syslog = log_sinks
+    log = sweep._Log(None, "epilog.sweep", log_fd=fd)
+    monkeypatch.setattr(log, "SYSLOG", syslog.getsockname())
+    for i in range(log.FLUSH_LINES + 1):
+        log("info", f"line {i}")
+    assert len(path.read_text().splitlines()) == log.FLUSH_LINES
+    # syslog got them too, as far as its queue took them: a full queue drops
+    # lines (the sweep never waits for syslog), the file has them all
+    assert _datagrams(syslog)[0].endswith("line 0")
+    log.flush()
+    assert path.read_text().splitlines()[-1].endswith(f"line {log.FLUSH_LINES}")
+
+
+def test_a_preview_logs_nothing(log_sinks, monkeypatch):
+    path, fd, syslog = log_sinks
+    log = sweep._Log(None, "epilog.sweep", log_fd=fd, enabled=False)
+    monkeypatch.setattr(log, "SYSLOG", syslog.getsockname())
+    log("info", "would be purged")
+    log.flush()
+    assert path.read_text() == "" and _datagrams(syslog) == []
+
+
+def test_the_log_goes_on_without_syslog(log_sinks, monkeypatch, tmp_path):
+    path, fd, _ = log_sinks
+    log = sweep._Log(None, "epilog.sweep", log_fd=fd)
+    monkeypatch.setattr(log, "SYSLOG", str(tmp_path / "no-such-socket"))
+    log("info", "one")
+    log.flush()
+    assert path.read_text().endswith("epilog.sweep job=none user=none: one\n")
