@@ -53,7 +53,7 @@ epilog-config-log-directory-file-directory:
     other account can open it, so none can hold the lock and stall a prolog. #}
 epilog-config-ssh-allow-lock-file-managed:
   file.managed:
-    - name: {{ (confdir ~ '/ssh_allow.lock') | json }}
+    - name: {{ (confdir ~ '/' ~ (layout.data | selectattr('id', 'equalto', 'config-ssh-allow-lock') | first).path) | json }}
     - contents: ''
     - replace: False
     - user: root

@@ -24,13 +24,15 @@
 {%- for path in salt['cp.list_master'](saltenv=saltenv, prefix=tplroot ~ '/files/') | sort %}
 {%-   if path.endswith('.jinja') %}{% do sources.append(path) %}{% endif %}
 {%- endfor %}
-{%- for path in sources + [tplroot ~ '/layout.yaml', tplroot ~ '/parts.sls', '_modules/epilog_sweep.py'] %}
+{%- for file in layout.release_data if file.module is defined %}{% do sources.append('_modules/' ~ file.module) %}{% endfor %}
+{%- for path in sources + [tplroot ~ '/layout.yaml', tplroot ~ '/parts.sls'] %}
 {%-   do inputs.append(path ~ ' ' ~ (salt['cp.hash_file']('salt://' ~ path, saltenv=saltenv) or {}).get('hsum', 'missing')) %}
 {%- endfor %}
 {%- set release = salt['hashutil.sha256_digest'](inputs | join('\n'))[:12] %}
 {%- set releases = confdir ~ '/epilog-releases' %}
 {%- set reldir = releases ~ '/' ~ release %}
-{%- set tool = '/usr/bin/python3 -I -B ' ~ ((releases ~ '/release.py') | quote) ~ ' --root ' ~ (confdir | quote) %}
+{%- set release_tool = confdir ~ '/' ~ (layout.data | selectattr('id', 'equalto', 'release-tool') | first).path %}
+{%- set tool = '/usr/bin/python3 -I -B ' ~ (release_tool | quote) ~ ' --root ' ~ (confdir | quote) %}
 {%- set entries = [] %}
 {%- for name in layout.entries %}{% do entries.append('--entry ' ~ name) %}{% endfor %}
 {%- set is_current = tool ~ ' is-current ' ~ release ~ ' ' ~ (entries | join(' ')) %}
@@ -54,8 +56,8 @@ epilog-parts-tools-pkg-installed:
 {#- Checks and switches releases; not part of any release (a rollback runs it). #}
 epilog-release-tool-file-managed:
   file.managed:
-    - name: {{ (releases ~ '/release.py') | json }}
-    - source: salt://{{ tplroot }}/files/release.py
+    - name: {{ release_tool | json }}
+    - source: salt://{{ tplroot }}/files/{{ release_tool.split('/')[-1] }}
     - user: root
     - group: root
     - mode: '0755'
@@ -85,42 +87,35 @@ epilog-release-{{ sub | replace('.', '-') }}-file-directory:
       - file: epilog-release-file-directory
 {%- endfor %}
 
-{#- The residue sweep: salt/_modules/epilog_sweep.py (the top-level
-    _modules/epilog_sweep.py is a symlink to it), laid down verbatim so that
-    part 45 runs, with the system python3 and no Salt, the same code the
-    epilog module loads for epilog.sweep. salt/ alone serves it, as
-    salt://_modules/epilog_sweep.py, to the state and to
-    saltutil.sync_modules. The module's own file, epilog.py, is not laid
-    down: changing it changes no release. #}
-epilog-release-sweep-module-file-managed:
-  file.managed:
-    - name: {{ (reldir ~ '/epilog_sweep.py') | json }}
-    - source: salt://_modules/epilog_sweep.py
-    - user: root
-    - group: root
-    - mode: '0644'
-    - backup: minion
-    - unless: {{ is_current | json }}
-    - check_cmd: /usr/bin/python3 -I -B -c "import sys; compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')"
-    - require:
-      - pkg: epilog-parts-tools-pkg-installed
-      - file: epilog-release-file-directory
+{#- The release's other files (layout.yaml's release_data): the sweep
+    comes verbatim from salt/_modules/ (the top-level _modules/ holds
+    symlinks to it), which salt/ alone serves to the state and to
+    saltutil.sync_modules; the others are rendered from files/. #}
+{%- for file in layout.release_data %}
 
-{#- The operators the lastuserjob parts never touch: one name per line. #}
-epilog-release-localusers-backup-file-managed:
+epilog-release-{{ file.id }}-file-managed:
   file.managed:
-    - name: {{ (reldir ~ '/localusers.backup') | json }}
-    - source: salt://{{ tplroot }}/files/localusers.backup.jinja
+    - name: {{ (reldir ~ '/' ~ file.path) | json }}
+{%-   if file.module is defined %}
+    - source: salt://_modules/{{ file.module }}
+{%-   else %}
+    - source: salt://{{ tplroot }}/files/{{ file.source }}
     - template: jinja
     - context:
         epilog: {{ epilog | json }}
+{%-   endif %}
     - user: root
     - group: root
-    - mode: '0600'
+    - mode: '{{ file.mode }}'
     - backup: minion
     - unless: {{ is_current | json }}
+{%-   if file.path.endswith('.py') %}
+    - check_cmd: /usr/bin/python3 -I -B -c "import sys; compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')"
+{%-   endif %}
     - require:
+      - pkg: epilog-parts-tools-pkg-installed
       - file: epilog-release-file-directory
+{%- endfor %}
 
 {%- for script in layout.scripts %}
 {%-   set own_parts = [] %}
@@ -168,8 +163,9 @@ epilog-release-switch-cmd-run:
     - require:
       - file: epilog-release-tool-file-managed
       - file: epilog-config-ssh-allow-lock-file-managed
-      - file: epilog-release-sweep-module-file-managed
-      - file: epilog-release-localusers-backup-file-managed
+{%- for file in layout.release_data %}
+      - file: epilog-release-{{ file.id }}-file-managed
+{%- endfor %}
 {%- for script in layout.scripts %}
       - file: epilog-{{ script.id }}-file-managed
 {%- endfor %}
