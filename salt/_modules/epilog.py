@@ -29,8 +29,8 @@ def _load_sweep():
         spec = importlib.util.spec_from_file_location("epilog_sweep", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-    except (OSError, SyntaxError, ImportError, AttributeError) as exc:
-        return None, f"cannot load {path} ({exc}): run saltutil.sync_modules"
+    except Exception as exc:  # noqa: BLE001 - whatever it is, the loader gets a reason, not a traceback
+        return None, f"cannot load {path} ({type(exc).__name__}: {exc}): run saltutil.sync_modules"
     return module, None
 
 

@@ -47,9 +47,9 @@ never leaves /tmp, never opens a FIFO, and stops when its time budget runs out.
 
 import argparse
 import errno
-import json
 import os
 import re
+import signal
 import socket
 import stat
 import struct
@@ -133,8 +133,12 @@ class _Log:
     non-blocking).
 
     Lines are gathered and go out together (flush): when FLUSH_LINES have
-    gathered, and when the sweep ends. A sweep of hundreds of entries then
-    opens the file and a syslog socket once per flush, not once per line.
+    gathered or the oldest has waited FLUSH_SECONDS, and when the sweep ends
+    (part 45 turns the runner's SIGTERM into an exception, so that end is
+    reached). A sweep of hundreds of entries then opens the file and a
+    syslog socket once per flush, not once per line. A datagram syslog has
+    no room for (its queue is full: a user can fill it) is dropped, never
+    waited for; the file says how many were.
 
     The file is LOG_FD when the epilog part hands its open log over, else
     LOG_FILE, opened only in a directory only root can write, without
@@ -142,6 +146,7 @@ class _Log:
     with no other hard link."""
 
     FLUSH_LINES = 64
+    FLUSH_SECONDS = 0.5
     SYSLOG = "/dev/log"
 
     def __init__(self, log_file, source, job=None, user=None, enabled=True, log_fd=None, release=None):
@@ -151,6 +156,7 @@ class _Log:
         self.prefix += f" release={release}: " if release else ": "
         self.enabled = enabled
         self._pending = []
+        self._since = 0.0
 
     def _open(self):
         if self.log_fd is not None:
@@ -168,25 +174,18 @@ class _Log:
     def __call__(self, level, message):
         if not self.enabled:
             return
+        now = time.monotonic()
+        if not self._pending:
+            self._since = now
         self._pending.append((time.strftime("%Y-%m-%dT%H:%M:%S%z"), level, self.prefix + message))
-        if len(self._pending) >= self.FLUSH_LINES:
+        if len(self._pending) >= self.FLUSH_LINES or now - self._since >= self.FLUSH_SECONDS:
             self.flush()
 
     def flush(self):
         pending, self._pending = self._pending, []
         if not pending:
             return
-        try:
-            fd, close = self._open()
-            if fd is not None:
-                try:
-                    os.write(fd, "".join(f"{stamp} {level} {line}\n" for stamp, level, line in pending)
-                             .encode("utf-8", "backslashreplace"))
-                finally:
-                    if close:
-                        os.close(fd)
-        except OSError:
-            pass
+        dropped = 0
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
                 sock.setblocking(False)
@@ -195,13 +194,43 @@ class _Log:
                     try:
                         sock.sendto(f"<{priority}>{LOG_TAG}: {line}".encode("utf-8", "backslashreplace"), self.SYSLOG)
                     except BlockingIOError:
-                        continue  # syslog is behind: that line is lost, the sweep is not held up
+                        dropped += 1  # syslog's queue is full: never wait for it
+                    except OSError:
+                        continue  # no syslog here (or it restarts): the file has the line
+        except OSError:
+            pass
+        text = "".join(f"{stamp} {level} {line}\n" for stamp, level, line in pending)
+        if dropped:
+            text += (f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} warning {self.prefix}"
+                     f"{dropped} of these {len(pending)} lines did not reach syslog (its queue was full)\n")
+        try:
+            fd, close = self._open()
+            if fd is not None:
+                try:
+                    os.write(fd, text.encode("utf-8", "backslashreplace"))
+                finally:
+                    if close:
+                        os.close(fd)
         except OSError:
             pass
 
 
 class _Budget(Exception):
     """The time budget ran out."""
+
+
+class _Terminated(Exception):
+    """The runner's SIGTERM: the part's time is up. The sweep ends at the
+    next entry, as at its budget, and what it did reaches the log."""
+
+
+# Set by part 45's SIGTERM handler, read where the sweep checks its budget:
+# an entry is never left removed but not logged.
+_SIGTERM = []
+
+
+def _terminated(signum, frame):
+    _SIGTERM.append(signum)
 
 
 class _Unjudged(Exception):
@@ -363,6 +392,8 @@ class _Sweep:
         self.log("warning", f"sweep error: {_show(path)}: {message}")
 
     def check_budget(self):
+        if _SIGTERM:
+            raise _Terminated("stopped by SIGTERM: the chain's time for part 45 ran out")
         if time.monotonic() > self.deadline:
             raise _Budget()
 
@@ -874,6 +905,8 @@ def main(argv=None):
         if not (job and job.isdigit() and uid and uid.isdigit() and 1 <= int(uid) <= 4294967294):
             job = uid = None  # no scratch without a plain job id and uid
     log = _Log(args.log_file, source, job, user, log_fd=args.log_fd, release=release)
+    if args.part:
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         report = run_sweep(test=args.test, job=job, patterns=args.pattern, budget=args.budget,
                            log_file=args.log_file, source=source, user=user, uid=uid, log_fd=args.log_fd,
@@ -883,6 +916,10 @@ def main(argv=None):
         log.flush()
         print(f"epilog_sweep.py: {exc}", file=sys.stderr)
         return 0 if args.part else 1
+    except _Terminated as exc:
+        log("warning", f"sweep {exc}; what is left waits for the next job end")
+        log.flush()
+        return 0
     except Exception as exc:  # the part must never fail the epilog  # pylint: disable=broad-except
         if not args.part:
             raise
@@ -890,6 +927,8 @@ def main(argv=None):
         log.flush()
         return 0
     if args.json:
+        import json  # only for --json: a job end never needs it
+
         print(json.dumps(report, indent=1, sort_keys=True))
     return 0
 

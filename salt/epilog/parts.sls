@@ -24,7 +24,10 @@
 {%- for path in salt['cp.list_master'](saltenv=saltenv, prefix=tplroot ~ '/files/') | sort %}
 {%-   if path.endswith('.jinja') %}{% do sources.append(path) %}{% endif %}
 {%- endfor %}
-{%- for file in layout.release_data if file.module is defined %}{% do sources.append('_modules/' ~ file.module) %}{% endfor %}
+{%- for file in layout.release_data %}
+{%-   set path = '_modules/' ~ file.module if file.module is defined else tplroot ~ '/files/' ~ file.source %}
+{%-   if path not in sources %}{% do sources.append(path) %}{% endif %}
+{%- endfor %}
 {%- for path in sources + [tplroot ~ '/layout.yaml', tplroot ~ '/parts.sls'] %}
 {%-   do inputs.append(path ~ ' ' ~ (salt['cp.hash_file']('salt://' ~ path, saltenv=saltenv) or {}).get('hsum', 'missing')) %}
 {%- endfor %}
@@ -57,7 +60,7 @@ epilog-parts-tools-pkg-installed:
 epilog-release-tool-file-managed:
   file.managed:
     - name: {{ release_tool | json }}
-    - source: salt://{{ tplroot }}/files/{{ release_tool.split('/')[-1] }}
+    - source: salt://{{ tplroot }}/files/{{ (layout.data | selectattr('id', 'equalto', 'release-tool') | first).source }}
     - user: root
     - group: root
     - mode: '0755'

@@ -102,8 +102,9 @@ def test_a_change_to_the_module_alone_changes_no_release(salt_call, tmp_path):
         ret = salt_call("state.apply", "epilog", f"--file-root={changed}/salt", pillar=c.pillar())
     finally:
         # the apply synced the edited module: the session's minion gets the real one back
-        assert salt_call("saltutil.sync_modules").returncode == 0
+        resynced = salt_call("saltutil.sync_modules")
     assert ret.returncode == 0, ret
+    assert resynced.returncode == 0, resynced
     assert c.release_id == first
     assert {p: p.read_bytes() for p in c.release.rglob("*") if p.is_file()} == before
     assert not [sid for sid, s in ret.states.items() if s["changes"] and sid != "epilog-module-saltutil-sync_modules"], ret.states

@@ -3,7 +3,9 @@ names it recognises, the lock content it trusts, the scratch patterns, the
 arguments it refuses, how it shows a hostile name, and its log's batching.
 No root, no Salt, no /tmp."""
 import os
+import signal
 import socket
+import subprocess
 
 import pytest
 
@@ -147,10 +149,15 @@ def test_the_log_flushes_by_itself_every_flush_lines(log_sinks, monkeypatch):
     monkeypatch.setattr(log, "SYSLOG", syslog.getsockname())
     for i in range(log.FLUSH_LINES + 1):
         log("info", f"line {i}")
-    assert len(path.read_text().splitlines()) == log.FLUSH_LINES
-    # syslog got them too, as far as its queue took them: a full queue drops
-    # lines (the sweep never waits for syslog), the file has them all
-    assert _datagrams(syslog)[0].endswith("line 0")
+    lines = path.read_text().splitlines()
+    assert [line.rsplit(" ", 1)[-1] for line in lines[:log.FLUSH_LINES]] == [str(i) for i in range(log.FLUSH_LINES)]
+    # syslog got them too, as far as its queue took them (nobody reads it
+    # here): a full queue drops lines, never holds the sweep up, and the
+    # file says how many it dropped
+    received = _datagrams(syslog)
+    assert received and received[0].endswith("line 0")
+    assert lines[log.FLUSH_LINES:] == [] if len(received) == log.FLUSH_LINES else lines[log.FLUSH_LINES].endswith(
+        f"{log.FLUSH_LINES - len(received)} of these {log.FLUSH_LINES} lines did not reach syslog (its queue was full)")
     log.flush()
     assert path.read_text().splitlines()[-1].endswith(f"line {log.FLUSH_LINES}")
 
@@ -171,3 +178,53 @@ def test_the_log_goes_on_without_syslog(log_sinks, monkeypatch, tmp_path):
     log("info", "one")
     log.flush()
     assert path.read_text().endswith("epilog.sweep job=none user=none: one\n")
+
+
+def test_the_budget_without_a_pillar_is_the_formulas_default():
+    import yaml
+
+    defaults = yaml.safe_load((REPO / "salt/epilog/defaults.yaml").read_text())["epilog"]
+    assert sweep.DEFAULT_BUDGET == defaults["sweep_budget"]
+
+
+def test_the_runners_sigterm_ends_the_sweep_with_what_it_did_in_the_log(tmp_path, monkeypatch, log_sinks):
+    """Part 45 stopped mid-sweep by the runner (SIGTERM, its time is up):
+    every entry it removed before is in the log, and so is why it stopped.
+    The sweep runs on a directory of the test's own in place of /tmp, and a
+    real SIGTERM arrives after its third removal."""
+    path, fd, syslog = log_sinks
+    residue = tmp_path / "tmp"
+    residue.mkdir()
+    gone_child = subprocess.Popen(["true"])
+    gone_child.wait()
+    dead = gone_child.pid  # reaped: no such process
+    for i in range(10):
+        (residue / f"clsbd.user{i}.{dead}").write_bytes(b"")
+    monkeypatch.setattr(sweep, "TMP", str(residue))
+    monkeypatch.setattr(sweep._Log, "SYSLOG", syslog.getsockname())
+    for name in ("SLURM_JOB_ID", "SLURM_JOB_UID", "SLURM_JOB_USER"):
+        monkeypatch.delenv(name, raising=False)
+    removals = []
+    remove = sweep._Sweep.remove
+
+    def remove_then_sigterm(self, *args):
+        done = remove(self, *args)
+        removals.append(args[3])
+        if len(removals) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return done
+
+    monkeypatch.setattr(sweep._Sweep, "remove", remove_then_sigterm)
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert sweep.main(["sweep", "--part", f"--log-fd={fd}"]) == 0
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        sweep._SIGTERM.clear()
+    gone = sorted(f"{residue}/{name}" for name in {f"clsbd.user{i}.{dead}" for i in range(10)}
+                  - set(os.listdir(residue)))
+    assert len(gone) == 3 and sorted(removals) == gone
+    log = path.read_text()
+    for removed in gone:
+        assert f"stale clsbd purged: {removed}\n" in log, log
+    assert "sweep stopped by SIGTERM: the chain's time for part 45 ran out" in log, log
