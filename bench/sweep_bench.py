@@ -12,6 +12,14 @@ freshly planted residue, in the same run:
   baseline  the seed's method (SOP section 5, step 2): a bash loop with one
             fuser per socket (x_socket_in_use), kill -0 for each lock and
             clsbd pid, rm -f per entry;
+  floor     the least any sweep can do (FLOOR below, with the system
+            python3 -I -S): python start-up, finding the network namespaces,
+            one socket-table read, one lstat and one unlink per entry, and
+            no judgement beyond "bound or not"; the part's cost over its work
+            is part / floor. (Here every process shares one network
+            namespace, so the floor, like the sweep, dumps the socket table
+            of that one; it trusts its own dump and unlinks what is not
+            bound, which only a floor may do;)
   part      epilog.d/45-stale-x-display as the state lays it down, run as
             slurmd would run it (bare environment);
   module    epilog.sweep through Salt's loader (salt.client.Caller, the
@@ -89,6 +97,45 @@ exit 0
 '''
 
 
+# The floor: only the system calls a sweep cannot do without.
+FLOOR = r'''
+import os, socket, struct
+spaces = set()
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            spaces.add(os.readlink("/proc/%s/ns/net" % pid))
+        except OSError:
+            pass
+bound = set()
+with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4) as nl:
+    req = struct.pack("=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, 0, 2, 0xFFFFFFFF, 0xFFFFFFFF)
+    nl.sendto(struct.pack("=IHHII", 16 + len(req), 20, 0x301, 1, 0) + req, (0, 0))
+    done = False
+    while not done:
+        data, off = nl.recv(1 << 16), 0
+        while off + 16 <= len(data):
+            length, kind = struct.unpack_from("=IH", data, off)
+            if kind in (2, 3):
+                done = True
+                break
+            attr = off + 32
+            while attr + 4 <= off + length:
+                alen, atype = struct.unpack_from("=HH", data, attr)
+                if atype == 1:
+                    ino, kdev = struct.unpack_from("=II", data, attr + 4)
+                    bound.add((os.makedev(kdev >> 20, kdev & 0xFFFFF), ino))
+                attr += (alen + 3) & ~3
+            off += (length + 3) & ~3
+paths = ["/tmp/.X11-unix/" + n for n in os.listdir("/tmp/.X11-unix")]
+paths += ["/tmp/" + n for n in os.listdir("/tmp") if n.startswith("clsbd.") or (n.startswith(".X") and n.endswith("-lock"))]
+for path in paths:
+    st = os.lstat(path)
+    if (st.st_dev, st.st_ino) not in bound:
+        os.unlink(path)
+'''
+
+
 def run(argv, **kw):
     return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
 
@@ -129,6 +176,8 @@ def inner(sandbox, sizes, runs):
     baseline = sandbox / "baseline.sh"
     baseline.write_text(BASELINE)
     baseline.chmod(0o755)
+    floor = sandbox / "floor.py"
+    floor.write_text(FLOOR)
     part = sandbox / "slurm/epilog-releases/current/epilog.d/45-stale-x-display"
     env = {"SLURM_JOB_USER": USER, "SLURM_JOB_UID": str(pw.pw_uid), "SLURM_JOB_ID": "777", "SLURMD_NODENAME": "bench"}
     salt_call = [str(REPO / ".venv/bin/salt-call"), f"--config-dir={sandbox / 'conf'}", "--local", "--out=json"]
@@ -143,13 +192,17 @@ def inner(sandbox, sizes, runs):
                                   "sleep", "3600"]) for _ in range(p)]
         procs = len([d for d in os.listdir("/proc") if d.isdigit()])
         row = {"N": n, "P": p, "processes_on_machine": procs}
-        samples = {"baseline": [], "part": [], "module": [], "module_elapsed": [], "salt_call_startup": []}
+        samples = {"baseline": [], "floor": [], "part": [], "module": [], "module_elapsed": [], "salt_call_startup": []}
         for _ in range(runs):
             plant(n, dead.pid)
             ms, _ = timed([str(baseline)], env={**env, "LOG": str(sandbox / "baseline.log"),
                                                 "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
             assert residue_left() == 0, "the baseline left residue"
             samples["baseline"].append(ms)
+            plant(n, dead.pid)
+            ms, _ = timed(["/usr/bin/python3", "-I", "-S", str(floor)], env={})
+            assert residue_left() == 0, "the floor left residue"
+            samples["floor"].append(ms)
             plant(n, dead.pid)
             ms, _ = timed([str(part)], env=env)
             assert residue_left() == 0, "the part left residue"
@@ -169,6 +222,7 @@ def inner(sandbox, sizes, runs):
         row.update(med)
         row["speedup_part"] = round(med["baseline"] / med["part"], 1)
         row["speedup_module"] = round(med["baseline"] / med["module"], 1)
+        row["part_over_floor"] = round(med["part"] / med["floor"], 2)
         results.append(row)
     return results
 
@@ -179,7 +233,7 @@ def lay_down(sandbox):
     (sandbox / "pillar/epilog.sls").write_text(json.dumps({"epilog": {
         "slurm_config_dir": str(sandbox / "slurm"), "ssh_allow_file": str(sandbox / "localusers"),
         "log_file": str(sandbox / "epilog.log"), "slurmd_spool_dir": str(sandbox / "spool"), "run_dir": str(sandbox / "run"),
-        "sweep_budget": 25}}))
+        "sweep_budget": 15}}))
     (sandbox / "conf").mkdir()
     (sandbox / "conf/minion").write_text(json.dumps({
         "id": "bench", "file_client": "local", "root_dir": str(sandbox / "root"),
@@ -215,12 +269,12 @@ def main():
     finally:
         shutil.rmtree(sandbox, ignore_errors=True)
     print(f"residue sweep: N orphan sockets + N/10 stale locks + N dead clsbd, P idle processes (median of {args.runs})")
-    print(f"  {'N':>5} {'P':>5} {'procs':>6} {'baseline':>10} {'part':>9} {'module':>9} {'(report)':>9}"
-          f" {'part x':>7} {'module x':>9} {'salt-call start-up':>19}")
+    print(f"  {'N':>5} {'P':>5} {'procs':>6} {'baseline':>10} {'floor':>8} {'part':>9} {'module':>9} {'(report)':>9}"
+          f" {'part x':>7} {'module x':>9} {'part/floor':>11} {'salt-call start-up':>19}")
     for r in results:
-        print(f"  {r['N']:>5} {r['P']:>5} {r['processes_on_machine']:>6} {r['baseline']:>8.0f}ms {r['part']:>7.1f}ms "
-              f"{r['module']:>7.1f}ms {r['module_elapsed']:>7.1f}ms {r['speedup_part']:>6.1f}x {r['speedup_module']:>8.1f}x "
-              f"{r['salt_call_startup']:>17.0f}ms")
+        print(f"  {r['N']:>5} {r['P']:>5} {r['processes_on_machine']:>6} {r['baseline']:>8.0f}ms {r['floor']:>6.1f}ms "
+              f"{r['part']:>7.1f}ms {r['module']:>7.1f}ms {r['module_elapsed']:>7.1f}ms {r['speedup_part']:>6.1f}x "
+              f"{r['speedup_module']:>8.1f}x {r['part_over_floor']:>10.2f}x {r['salt_call_startup']:>17.0f}ms")
     print("  (module = epilog.sweep through Salt's loader, salt-call start-up excluded; (report) = the sweep's own elapsed_ms)")
     print(json.dumps(results))
 
