@@ -299,15 +299,22 @@ def _bound_files_here():
                 off += (length + 3) & ~3
 
 
+def _proc_pids():
+    """The pids in /proc now (as strings), or None when /proc cannot be read."""
+    try:
+        return [entry.name for entry in os.scandir("/proc") if entry.name.isdigit()]
+    except OSError:
+        return None
+
+
 def bound_socket_files(deadline=None):
     """{(st_dev, st_ino): socket inode} of the files bound by unix sockets in
     every network namespace a process is in, or None when the diagnostics
     cannot be read (then no socket can be called an orphan). Inode numbers
     are the kernel's 32 bits."""
     spaces = {}
-    try:
-        pids = [entry.name for entry in os.scandir("/proc") if entry.name.isdigit()]
-    except OSError:
+    pids = _proc_pids()
+    if pids is None:
         return None
     for pid in pids:
         try:
@@ -485,11 +492,7 @@ class _Sweep:
         evidence: "held" comes from the socket diagnostics)."""
         wanted = {f"socket:[{inode}]": inode for inode in inodes}
         found = {}
-        try:
-            pids = [entry.name for entry in os.scandir("/proc") if entry.name.isdigit()]
-        except OSError:
-            return found
-        for pid in pids:
+        for pid in _proc_pids() or []:
             if len(found) == len(wanted) or time.monotonic() > self.deadline:
                 break
             try:

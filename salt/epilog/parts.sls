@@ -34,7 +34,8 @@
 {%- set release = salt['hashutil.sha256_digest'](inputs | join('\n'))[:12] %}
 {%- set releases = confdir ~ '/epilog-releases' %}
 {%- set reldir = releases ~ '/' ~ release %}
-{%- set release_tool = confdir ~ '/' ~ (layout.data | selectattr('id', 'equalto', 'release-tool') | first).path %}
+{%- set release_tool_entry = layout.data | selectattr('id', 'equalto', 'release-tool') | first %}
+{%- set release_tool = confdir ~ '/' ~ release_tool_entry.path %}
 {%- set tool = '/usr/bin/python3 -I -B ' ~ (release_tool | quote) ~ ' --root ' ~ (confdir | quote) %}
 {%- set entries = [] %}
 {%- for name in layout.entries %}{% do entries.append('--entry ' ~ name) %}{% endfor %}
@@ -60,7 +61,7 @@ epilog-parts-tools-pkg-installed:
 epilog-release-tool-file-managed:
   file.managed:
     - name: {{ release_tool | json }}
-    - source: salt://{{ tplroot }}/files/{{ (layout.data | selectattr('id', 'equalto', 'release-tool') | first).source }}
+    - source: salt://{{ tplroot }}/files/{{ release_tool_entry.source }}
     - user: root
     - group: root
     - mode: '0755'
