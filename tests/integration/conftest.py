@@ -237,6 +237,7 @@ global(workDirectory="{base}")
 """)
 
     def start(self):
+        clear_stale_dev_log()
         if Path("/dev/log").exists() and not Path("/dev/log").is_socket():
             raise AssertionError("/dev/log exists and is not a socket")
         subprocess.run(["/usr/sbin/rsyslogd", "-f", str(self.conf), "-i", str(self.pidfile)], check=True)
@@ -250,9 +251,27 @@ global(workDirectory="{base}")
         return self.out.read_text() if self.out.exists() else ""
 
 
+def clear_stale_dev_log():
+    """A syslog daemon that was killed (a run cut short, a crash) leaves its
+    /dev/log socket behind with nobody reading it. That socket is not another
+    daemon: a datagram to it is refused. Remove it so that ours can bind;
+    leave a live one (it is another daemon's) and anything not a socket."""
+    dev_log = Path("/dev/log")
+    if not dev_log.is_socket() or dev_log.is_symlink():
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(str(dev_log))
+        except ConnectionRefusedError:
+            dev_log.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
 @pytest.fixture(scope="session")
 def rsyslog(tmp_path_factory):
     require_tools("/usr/sbin/rsyslogd")
+    clear_stale_dev_log()
     require(not Path("/dev/log").exists(), "no other syslog daemon owning /dev/log")
     r = Rsyslog(tmp_path_factory.mktemp("rsyslog"))
     r.start()
