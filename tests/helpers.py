@@ -93,10 +93,11 @@ def slurmd_env(user, job=4242, uid=None, **extra):
     return env
 
 
-def spawn_as(user, *argv):
-    """Start a real process as USER in its own session (a job's stray)."""
+def spawn_as(user, *argv, prefix=()):
+    """Start a real process as USER in its own session (a job's stray), after
+    PREFIX (a namespace to enter, say). The tests' one process spawner."""
     uid, gid = ids_of(user)
-    cmd = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv]
+    cmd = [*prefix, "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv]
     return subprocess.Popen(
         cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -199,15 +200,24 @@ class Chain:
             return ""
 
     def pillar(self, **extra):
-        data = {
-            "slurm_config_dir": str(self.conf_dir),
-            "ssh_allow_file": str(self.allow_file),
-            "log_file": str(self.log_file),
-            "slurmd_spool_dir": str(self.spool_dir),
-            "run_dir": str(self.run_dir),
-        }
-        data.update(extra)
-        return {"epilog": data}
+        """This chain's pillar; EXTRA sets or overrides any key."""
+        settings = {"slurm_config_dir": self.conf_dir, "ssh_allow_file": self.allow_file, "log_file": self.log_file,
+                    "slurmd_spool_dir": self.spool_dir, "run_dir": self.run_dir}
+        settings.update(extra)
+        return epilog_pillar(**settings)
+
+
+def epilog_pillar(base=None, **settings):
+    """The tests' one pillar builder: {"epilog": ...} with the chain's paths
+    under BASE (slurm/, localusers, epilog.log, spool/, run/), then SETTINGS
+    (any key of the pillar; paths may be Paths)."""
+    data = {}
+    if base is not None:
+        base = Path(base)
+        data.update(slurm_config_dir=base / "slurm", ssh_allow_file=base / "localusers", log_file=base / "epilog.log",
+                    slurmd_spool_dir=base / "spool", run_dir=base / "run")
+    data.update(settings)
+    return {"epilog": {key: str(value) if isinstance(value, Path) else value for key, value in data.items()}}
 
 
 class SaltCall:

@@ -11,7 +11,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.helpers import ids_of, wait_for
+from tests.helpers import ids_of, spawn_as, wait_for
 
 
 @dataclass
@@ -41,11 +41,7 @@ class Site:
         os.chown(target, *ids_of(user))
 
     def spawn(self, user, *argv):
-        uid, gid = ids_of(user)
-        proc = subprocess.Popen(
-            [*self.prefix, "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )
+        proc = spawn_as(user, *argv, prefix=self.prefix)
         self.procs.append(proc)
         return proc
 

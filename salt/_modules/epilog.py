@@ -39,29 +39,9 @@ if _sweep is not None:
     _root_only, _root_file, _kind_of = _sweep._root_only, _sweep._root_file, _sweep._kind_of
     bound_socket_files = _sweep.bound_socket_files
 
-# Mirrors salt/epilog/defaults.yaml (a test keeps the two equal); the pillar
-# overrides each key.
-DEFAULTS = {
-    "slurm_config_dir": "/etc/slurm",
-    "localusers": ["root"],
-    "ssh_allow_file": "/etc/localusers",
-    "log_file": "/var/log/slurm-epilog/epilog.log",
-    "slurmd_spool_dir": "/var/spool/slurmd",
-    "run_dir": "/run/slurm-epilog",
-    "scratch_patterns": ["slurm{jobid}*", "vcs*{jobid}*"],
-    "sweep_budget": 10,
-    "part_timeout": 20,
-    "chain_timeout": 110,
-    "squeue_timeout": 5,
-    "keep_releases": 5,
-}
 # The PATH every laid-down script sets, and the tools its parts run.
 SCRIPT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TOOLS = ["bash", "timeout", "grep", "id", "stat", "perl", "flock", "cp", "mv", "find", "pgrep", "python3", "logger"]
-
-# The pillar's path rule (map.jinja): absolute, letters, digits and . _ + @ -.
-PATH_OK = re.compile(r"(/[A-Za-z0-9._+@-]+)+/?\Z")
-
 
 def __virtual__():
     if not sys.platform.startswith("linux"):
@@ -72,23 +52,42 @@ def __virtual__():
 
 
 # -- Salt ---------------------------------------------------------------------
-def _plain(value):
-    """VALUE as plain dicts, lists and scalars (Salt 3008 wraps pillar data)."""
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    return value
+def _config(validate=True):
+    """(settings, rules): the node's settings, merged and validated by the
+    formula's map.jinja (defaults.yaml, osfamilymap.yaml, the pillar) with the
+    rules of rules.yaml, as the states see them. Rendered from the formula's
+    settings.jinja, so the module has no defaults, merge or rules of its own,
+    and a bad pillar fails here with the message the state gives.
+    VALIDATE=False: the same merge without the checks, for the recovery
+    operations, which must work under the pillar that broke a deploy; they
+    check the one setting they use themselves (_recovery_settings)."""
+    try:
+        rendered = __salt__["slsutil.renderer"](  # noqa: F821 - a Salt dunder
+            path="salt://epilog/settings.jinja", default_renderer="jinja|json", tpldir="epilog",
+            validate=bool(validate))
+    except Exception as exc:
+        text = str(exc)
+        found = re.search(r"Jinja error: ([^\n]*)", text)
+        raise CommandExecutionError(f"the epilog settings do not render: {found.group(1) if found else text}") from exc
+    if not isinstance(rendered, dict) or not isinstance(rendered.get("settings"), dict) \
+            or not isinstance(rendered.get("rules"), dict):
+        raise CommandExecutionError("the epilog settings do not render: salt://epilog/settings.jinja is not "
+                                    f"served to this minion, or is not the formula's (got {rendered!r:.200})")
+    return rendered["settings"], rendered["rules"]
 
 
 def _settings():
-    # Salt 3008 hands modules masked pillar values (pillar.get needs
-    # unmask=True, which 3006 does not know); __pillar__ reads plain on both.
-    pillar = _plain(__pillar__.get("epilog", {}))  # noqa: F821 - a Salt dunder
-    settings = dict(DEFAULTS)
-    lookup = pillar.get("lookup", {}) if isinstance(pillar, dict) else {}
-    for source in (lookup, pillar if isinstance(pillar, dict) else {}):
-        settings.update({key: source[key] for key in DEFAULTS if key in source})
+    return _config()[0]
+
+
+def _recovery_settings():
+    """The settings for rollback and checkpoint: merged whatever else the
+    pillar gets wrong, with slurm_config_dir held to the path rule."""
+    settings, rules = _config(validate=False)
+    confdir = settings.get("slurm_config_dir")
+    if not isinstance(confdir, str) or not re.match(rules["path"], confdir) or re.search(rules["path_dots"], confdir):
+        raise CommandExecutionError(f"epilog:slurm_config_dir ({confdir!r}) must be an absolute path of letters, "
+                                    "digits and . _ + @ - without . or .. components")
     return settings
 
 
@@ -292,51 +291,38 @@ def _running_slurmds():
     return out
 
 
-def _slurm_tool(tool):
-    """TOOL of the Slurm that runs here, as the runner finds it: beside the
-    running slurmd (its sbin, and the bin beside it), then on the parts'
-    PATH; only a regular executable of root's that group and others cannot
-    write, in a directory only root can write (a symlink counts by what it
-    resolves to). None when there is none."""
-    directories = []
-    for _, exe in _running_slurmds():
-        sbin = os.path.dirname(exe)
-        directories += [sbin] + ([os.path.join(os.path.dirname(sbin), "bin")] if sbin.endswith("/sbin") else [])
-    for directory in directories + SCRIPT_PATH.split(":"):
-        try:
-            if not _root_only(directory):
-                continue
-            path = os.path.realpath(os.path.join(directory, tool))
-            st = os.stat(path)
-        except OSError:
-            continue
-        if (stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022 and st.st_mode & 0o111
-                and _root_only(os.path.dirname(path))):
-            return path
-    return None
+def _slurmd_options(pid):
+    """(slurm.conf, node name) a running slurmd PID was started with: its
+    -f (or its SLURM_CONF) and its -N, each None when not given; or None
+    when PID cannot be read."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read().decode(errors="replace").split("\0")
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            env = dict(item.split("=", 1) for item in handle.read().decode(errors="replace").split("\0")
+                       if "=" in item)
+    except OSError:
+        return None
+    found = {"-f": None, "-N": None}
+    for i, arg in enumerate(argv):
+        for option in found:
+            if arg == option and i + 1 < len(argv):
+                found[option] = argv[i + 1]
+            elif arg.startswith(option) and len(arg) > 2:
+                found[option] = arg[2:]
+    conf = found["-f"] or env.get("SLURM_CONF")
+    if conf and not os.path.isabs(conf):
+        conf = os.path.join(f"/proc/{pid}/cwd", conf)
+    return conf or None, found["-N"] or None
 
 
 def _slurmd_conf_paths():
     """The slurm.conf each running slurmd reads: its -f, or its SLURM_CONF."""
     out = []
     for pid, _ in _running_slurmds():
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                argv = handle.read().decode(errors="replace").split("\0")
-            with open(f"/proc/{pid}/environ", "rb") as handle:
-                env = dict(item.split("=", 1) for item in handle.read().decode(errors="replace").split("\0")
-                           if "=" in item)
-        except OSError:
-            continue
-        conf = None
-        for i, arg in enumerate(argv):
-            if arg == "-f" and i + 1 < len(argv):
-                conf = argv[i + 1]
-            elif arg.startswith("-f") and len(arg) > 2:
-                conf = arg[2:]
-        conf = conf or env.get("SLURM_CONF")
-        if conf:
-            out.append(conf if os.path.isabs(conf) else os.path.join(f"/proc/{pid}/cwd", conf))
+        options = _slurmd_options(pid)
+        if options and options[0]:
+            out.append(options[0])
     return out
 
 
@@ -373,13 +359,13 @@ def _slurm_conf_epilog(settings):
     return path, found, problems, how
 
 
-def _roots_chain(directory):
+def _roots_chain(directory, rules):
     """Whether DIRECTORY holds a chain this formula laid down: a name the
     pillar's path rule allows, outside any release, only root can write it
     and its ancestors (so no other account can pass a directory of its own,
     or swap one in, for a chain), and root's own epilog-releases directory
     in it (never followed)."""
-    if not PATH_OK.match(directory) or "epilog-releases" in directory.split("/"):
+    if not re.match(rules["path"], directory) or "epilog-releases" in directory.split("/"):
         return False
     try:
         st = os.lstat(os.path.join(directory, "epilog-releases"))
@@ -413,7 +399,7 @@ def chain_wired(slurm_config_dir=None):
         salt-call epilog.chain_wired slurm_config_dir=/etc/slurm-old
     """
     import glob  # pylint: disable=import-outside-toplevel
-    settings = _settings()
+    settings, rules = _config()
     confdir = os.path.normpath(slurm_config_dir or settings["slurm_config_dir"])
     mine = {confdir, os.path.realpath(confdir)}
     report = {"known": True, "wired": [], "unknown": [], "read": [], "elsewhere": [], "old_dirs": []}
@@ -450,7 +436,7 @@ def chain_wired(slurm_config_dir=None):
                 # slurm_config_dir before a rename): it no longer gets the
                 # pillar's updates, yet slurmd runs it
                 if (trusted and not glob.has_magic(value) and os.path.basename(target) == f"{key}.sh"
-                        and _roots_chain(where)):
+                        and _roots_chain(where, rules)):
                     report["elsewhere"].append({"conf": path, "key": key.capitalize(), "value": value, "dir": where})
                     if where not in report["old_dirs"]:
                         report["old_dirs"].append(where)
@@ -780,7 +766,7 @@ def rollback(test=None, checkpoint=None):
     """
     if test is None:
         test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
-    settings = _settings()
+    settings = _recovery_settings()
     args = ["--test"] if test else []
     if checkpoint is not None:
         if not isinstance(checkpoint, str):
@@ -822,7 +808,7 @@ def checkpoint(name, test=None):
     if not isinstance(name, str):
         # the CLI reads 0123 as 123, 12:30 as 750, null as None: quote it
         raise CommandExecutionError(f"checkpoint name {name!r} is not a string; start it with a letter")
-    settings = _settings()
+    settings = _recovery_settings()
     args = ["checkpoint", *(["--test"] if test else []), "--", name]
     report = _release_tool_knowing(settings, *args)
     if report is None:
@@ -832,163 +818,153 @@ def checkpoint(name, test=None):
     return report
 
 
-def _listed(user, backup):
-    """('listed'|'not listed'|'lookup error', why): the parts' guard, read the
-    same way (a literal whole line, a final CR ignored)."""
-    try:
-        st = os.stat(backup)
-        if not stat.S_ISREG(st.st_mode):
-            return "lookup error", f"{backup} is not a regular file ({_kind_of(st)})"
-        with open(backup, "rb") as handle:
-            lines = handle.read().split(b"\n")
-    except OSError as exc:
-        return "lookup error", f"cannot read {backup}: {exc.strerror}"
-    wanted = os.fsencode(user)
-    if any(line == wanted or line == wanted + b"\r" for line in lines):
-        return "listed", f"{backup} has a line exactly {user!r}"
-    return "not listed", f"{backup} has no line exactly {user!r}"
+# What each of the formula's lastuserjob parts does when the runner starts it.
+_ACTS = {
+    "39-lastuserjob-ssh": "removes the line {user!r} from {allow}",
+    "40-lastuserjob-processes": "kills every process of uid {uid}",
+    "42-lastuserjob-cleanup": "removes the files of uid {uid} under /tmp and /dev/shm",
+    "45-stale-x-display": "sweeps the residue no live process holds (at every job end, for every user)",
+}
+# The line a runner with an explain mode carries (runner.sh.jinja).
+EXPLAIN_PROTOCOL = b"\n# epilog-explain-protocol: 1\n"
 
 
-def _uid_floor():
-    uid_min, uid_max = 1000, 60000
-    try:
-        with open("/etc/login.defs", encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
-        found = dict(re.findall(r"(?m)^[ \t]*(UID_MIN|UID_MAX)[ \t]+([0-9]+)", text))
-        uid_min, uid_max = int(found.get("UID_MIN", uid_min)), int(found.get("UID_MAX", uid_max))
-    except OSError:
-        pass
-    return uid_min, uid_max
+def _guard_answer(line):
+    """(answer, system account?) of one line the localusers guard printed."""
+    if line.startswith("listed in "):
+        return "listed", False
+    if line.startswith("not listed, but uid"):
+        return "not listed", True
+    if line.startswith("not listed in "):
+        return "not listed", False
+    if line.startswith("localusers lookup failed"):
+        return "lookup error", False
+    if line.endswith("the user is unknown, doing nothing"):
+        return "unknown user", False
+    return None, False
 
 
-def _other_jobs(uid, settings):
-    """('yes'|'no'|'unknown', why): does UID have a job on this node? The
-    runner's order and evidence: step sockets in SlurmdSpoolDir when it is
-    slurmd's live spool and only root can write it, then root's real
-    slurmstepd processes holding a process of UID, then squeue."""
-    spool = settings["slurmd_spool_dir"]
-    sockets = []
-    try:
-        cred = os.lstat(os.path.join(spool, "cred_state"))
-        if _root_only(spool) and stat.S_ISREG(cred.st_mode) and cred.st_uid == 0:
-            sockets = [e.name for e in os.scandir(spool)
-                       if "_" in e.name and stat.S_ISSOCK(e.stat(follow_symlinks=False).st_mode)]
-            if not sockets:
-                return "no", f"node-local: no job step in {spool}"
-    except OSError:
-        pass
-    # Root's real slurmstepd: real and effective uid 0, running the running
-    # Slurm's slurmstepd (what the runner checks).
-    steps, named = [], False
-    stepd = _slurm_tool("slurmstepd")
-    try:
-        stepd_st = os.stat(stepd) if stepd else None
-    except OSError:
-        stepd_st = None
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/comm", "rb") as handle:
-                    if handle.read().strip() != b"slurmstepd":
-                        continue
-                uids = _proc_uids(entry.name)
-                if uids is None or uids[0] != 0:
-                    continue
-                named = True  # root's process named slurmstepd: the runner's pgrep finds it
-                if stepd_st and uids[1] == 0 and os.path.samestat(os.stat(f"/proc/{entry.name}/exe"), stepd_st):
-                    steps.append(int(entry.name))
-            except OSError:
-                continue
-    if steps:
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as handle:
-                    ppid = int(handle.read().rsplit(b")", 1)[1].split()[1])
-                if ppid in steps and os.stat(f"/proc/{entry.name}").st_uid == uid:
-                    return "yes", f"node-local: root's slurmstepd {ppid} runs process {entry.name} of uid {uid}"
-            except (OSError, ValueError, IndexError):
-                continue
-    elif not sockets and not named:
-        return "no", "node-local: no slurmstepd of root on this node"
-    node = __grains__.get("host", socket.gethostname().split(".")[0])  # noqa: F821 - a Salt dunder
-    squeue = _slurm_tool("squeue")
-    if squeue is None:
-        return "unknown", "no squeue only root can have put beside slurmd or on PATH"
-    try:
-        ret = subprocess.run(
-            [squeue, "--noheader", f"--nodelist={node}", f"--user={uid}",
-             "--states=PENDING,CONFIGURING,RUNNING,SUSPENDED,COMPLETING", "--format=%A"],
-            capture_output=True, text=True, timeout=settings["squeue_timeout"], check=False,
-            env={**os.environ, "PATH": SCRIPT_PATH})
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return "unknown", f"squeue failed or timed out ({exc})"
-    if ret.returncode != 0:
-        return "unknown", f"squeue failed (rc={ret.returncode})"
-    jobs = ret.stdout.split()
-    if jobs:
-        return "yes", f"squeue: job(s) {', '.join(jobs)} of uid {uid} on {node}"
-    return "no", f"squeue: no job of uid {uid} on {node}"
-
-
-def explain(user):
+def explain(user, job=None):
     """
-    Tell what each epilog part would do for USER on this node right now, and
-    why: whether USER is listed in localusers.backup (or the lookup fails,
-    and on which file), whether USER is root or a system account, and whether
-    USER has other jobs on this node (or that this is unknown). Changes
-    nothing. Answers "why was my session spared or killed".
+    Tell what the epilog would do for USER on this node if a job of USER
+    ended now, and why, by asking the chain itself: the current release's
+    epilog.sh runs in its explain mode, where it decides everything a job
+    end decides (the user's name and uid, whether USER has another job on
+    this node and on what evidence, the localusers guard on the release's
+    own list, each part's go or no-go) with the same code, and prints the
+    decisions instead of acting. Nothing is run, written, locked or logged.
+    Answers "why was my session spared or killed".
+
+    job
+        The job whose end to explain: that job is not "another job" of
+        USER. Without it, any job of USER on this node is one.
 
     CLI Example:
 
     .. code-block:: bash
 
         salt 'slurm-work-01' epilog.explain user=je.kim
+        salt 'slurm-work-01' epilog.explain user=je.kim job=4711
     """
+    import pwd  # pylint: disable=import-outside-toplevel
+    if not isinstance(user, str) or not user:
+        # Salt reads user=no as False and user=123 as a number: a name is a string.
+        raise CommandExecutionError(f"user must be an account name, and Salt read this one as {user!r}: quote a "
+                                    "name such as no, on or 123 twice, as in user='\"no\"'")
     settings = _settings()
-    # the list the current release's parts read (not the entry symlink: a
-    # switch after this must not change the file named here)
+    if job is not None and not re.fullmatch(r"[1-9][0-9]{0,9}", str(job)):
+        raise CommandExecutionError(f"job must be a numeric Slurm job id, got {job!r}")
     releases = os.path.join(settings["slurm_config_dir"], "epilog-releases")
     current = _readlink(os.path.join(releases, "current"))
-    backup = os.path.join(releases, current, "localusers.backup") if current else \
-        os.path.join(settings["slurm_config_dir"], "localusers.backup")
-    if not re.fullmatch(r"[A-Za-z0-9._@-]+", str(user)):
-        answer, why = "unusual name", "the parts do nothing for an empty or unusual job user name"
-    else:
-        answer, why = _listed(user, backup)
+    if not current or not re.fullmatch(r"[0-9a-f]{12}", current):
+        raise CommandExecutionError(f"no current release under {releases}: state.apply epilog first")
+    runner = os.path.join(releases, current, "epilog.sh")
+    if not _root_file(runner) or not _root_only(os.path.dirname(runner)):
+        raise CommandExecutionError(f"{runner} is not a file only root can write in a directory only root can "
+                                    "write: not run (epilog.verify says more)")
+    # A runner from before explain mode ignores its argument and would end a
+    # job for real: only one that declares the protocol is run.
     try:
-        import pwd  # pylint: disable=import-outside-toplevel
+        with open(runner, "rb") as handle:
+            declared = EXPLAIN_PROTOCOL in handle.read(4096)
+    except OSError as exc:
+        raise CommandExecutionError(f"cannot read {runner}: {exc.strerror}") from exc
+    if not declared:
+        raise CommandExecutionError(f"the current release {current} predates epilog.explain's explain mode: "
+                                    "apply the state epilog to explain with it")
+    try:
         uid = pwd.getpwnam(user).pw_uid
-    except KeyError:
+    except (KeyError, ValueError):
         uid = None
-    uid_min, uid_max = _uid_floor()
-    system = uid is not None and (uid < uid_min or uid_max < uid <= 65535)
-    if uid is None:
-        other = ("unknown", f"no account {user!r} on this node")
-    else:
-        other = _other_jobs(uid, settings)
-    if other[0] != "no":
-        verdict = f"skipped: other jobs of this user on this node: {other[0]} ({other[1]})"
-    elif answer != "not listed":
-        verdict = f"does nothing: {answer} ({why})"
-    elif uid is None:
-        verdict = "does nothing: the account's uid is unknown"
-    elif system:
-        verdict = f"does nothing: uid {uid} is root or a system account (UID_MIN={uid_min}, UID_MAX={uid_max})"
-    else:
-        verdict = None
-    acts = {
-        "39-lastuserjob-ssh": f"removes the line {user!r} from {settings['ssh_allow_file']}",
-        "40-lastuserjob-processes": f"kills every process of uid {uid}",
-        "42-lastuserjob-cleanup": f"removes the files of uid {uid} under /tmp and /dev/shm",
-    }
-    parts = {name: verdict or f"acts: {action}" for name, action in acts.items()}
-    parts["45-stale-x-display"] = "runs at every job end for every user: removes only residue no live process holds"
-    return {
-        "user": user, "uid": uid,
-        "localusers": {"answer": answer, "file": backup, "why": why},
+    # What slurmd would give the job end: its own node name and slurm.conf
+    # (a configless node's cache when it was started with neither).
+    node = __grains__.get("host", socket.gethostname().split(".")[0])  # noqa: F821 - a Salt dunder
+    env = {"PATH": SCRIPT_PATH, "EPILOG_EXPLAIN_USER": user, "EPILOG_EXPLAIN_UID": "" if uid is None else str(uid),
+           "EPILOG_EXPLAIN_JOB": "" if job is None else str(job)}
+    for pid, _ in _running_slurmds():
+        options = _slurmd_options(pid)
+        if options is None:
+            continue
+        conf, named = options
+        cache = os.path.join(settings["slurmd_spool_dir"], "conf-cache", "slurm.conf")
+        if not conf and os.path.isfile(cache):
+            conf = cache
+        env.update({"EPILOG_SLURMD_PID_GIVEN": str(pid), **({"SLURM_CONF": conf} if conf else {})})
+        node = named or node
+        break
+    env["SLURMD_NODENAME"] = node
+    try:
+        ret = subprocess.run([runner, "--explain"], env=env, capture_output=True, stdin=subprocess.DEVNULL,
+                             timeout=int(settings["chain_timeout"]) + 10, check=False, cwd="/")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CommandExecutionError(f"{runner} --explain failed: {exc}") from exc
+    # Each line: LEVEL epilog.sh job=JOB user=USER release=RELEASE: TEXT, with
+    # the user's non-printable characters as ? (the runner's own prefix).
+    shown = re.sub(rb"[^\x20-\x7e]", b"?", os.fsencode(user))
+    prefix = b"epilog.sh job=" + str(job or "none").encode() + b" user=" + shown + b" release=" + current.encode() + b": "
+    lines = []
+    for raw in ret.stdout.splitlines()[:10000]:
+        level, _, rest = raw.partition(b" ")
+        if level in (b"info", b"warning") and rest.startswith(prefix):
+            lines.append((level.decode(), rest[len(prefix):].decode("utf-8", "replace")))
+    if ret.returncode != 0 or not lines or lines[-1][1] != "end":
+        raise CommandExecutionError(f"{runner} --explain did not finish (rc={ret.returncode}): "
+                                    f"{ret.stdout.decode('utf-8', 'replace')[-500:]!r}")
+    other = {"answer": "unknown", "why": ""}
+    localusers = {"answer": None, "file": os.path.join(releases, current, "localusers.backup"), "why": ""}
+    system, parts, guard_says = False, {}, None
+    acts = {name: text.format(user=user, uid=uid, allow=settings["ssh_allow_file"]) for name, text in _ACTS.items()}
+    for _, text in lines:
+        found = re.match(r"start; other jobs of this user on this node: (yes|no|unknown) \((.*)\)(; skipping the "
+                         r"lastuserjob parts)?\Z", text)
+        if found:
+            other = {"answer": found.group(1), "why": found.group(2)}
+            continue
+        answer, is_system = _guard_answer(text)
+        if answer:
+            localusers.update(answer=answer, why=text)
+            system, guard_says = is_system, text
+            continue
+        found = re.match(r"skipping (\S+): (.*)\Z", text)
+        if found:
+            name, why = found.groups()
+            if why == "the localusers guard says do nothing" and guard_says:
+                parts[name] = f"does nothing: {guard_says}"
+            else:
+                parts[name] = f"skipped: {why}"
+            continue
+        found = re.match(r"running (\S+)( for uid [0-9]+)?\Z", text)
+        if found:
+            name = found.group(1)
+            parts[name] = f"acts: {acts[name]}" if name in acts else "runs (a site part: what it does is its own)"
+    report = {
+        "user": user, "uid": uid, "job": job, "release": current,
+        "localusers": localusers,
         "system_account": system,
-        "other_jobs": {"answer": other[0], "why": other[1]},
+        "other_jobs": other,
         "parts": parts,
+        "decisions": [f"{level}: {text}" for level, text in lines],
     }
+    if uid is None:
+        report["account"] = f"no account {user!r} on this node: explained as a job end whose user does not resolve"
+    return report

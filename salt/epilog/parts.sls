@@ -28,7 +28,7 @@
 {%-   set path = '_modules/' ~ file.module if file.module is defined else tplroot ~ '/files/' ~ file.source %}
 {%-   if path not in sources %}{% do sources.append(path) %}{% endif %}
 {%- endfor %}
-{%- for path in sources + [tplroot ~ '/layout.yaml', tplroot ~ '/parts.sls'] %}
+{%- for path in sources + [tplroot ~ '/layout.yaml', tplroot ~ '/rules.yaml', tplroot ~ '/parts.sls'] %}
 {%-   do inputs.append(path ~ ' ' ~ (salt['cp.hash_file']('salt://' ~ path, saltenv=saltenv) or {}).get('hsum', 'missing')) %}
 {%- endfor %}
 {%- set release = salt['hashutil.sha256_digest'](inputs | join('\n'))[:12] %}

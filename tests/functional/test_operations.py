@@ -5,15 +5,17 @@ import itertools
 import json
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, end, killed, live_spool, local_minion, slurmd_env, still_running, stray
+from tests.helpers import REPO, end, epilog_pillar, killed, live_spool, local_minion, slurmd_env, still_running, stray
 
 _ids = itertools.count()
 
@@ -29,11 +31,8 @@ class Node:
         self.call = local_minion(salt_factories, f"ops-{next(_ids)}", self.base / "pillar", **minion)
 
     def set_pillar(self, localusers=("root", "je.kim"), **extra):
-        settings = {"slurm_config_dir": str(self.conf_dir), "ssh_allow_file": str(self.base / "localusers"),
-                    "log_file": str(self.base / "epilog.log"), "slurmd_spool_dir": str(self.base / "spool"),
-                    "run_dir": str(self.base / "run"),
-                    "localusers": list(localusers), **extra}
-        (self.base / "pillar/epilog.sls").write_text(json.dumps({"epilog": settings}))
+        pillar = epilog_pillar(self.base, **{"slurm_config_dir": self.conf_dir, "localusers": list(localusers), **extra})
+        (self.base / "pillar/epilog.sls").write_text(json.dumps(pillar))
 
     def apply(self, sls="epilog", *args):
         ret = self.call("state.apply", sls, *args)
@@ -478,39 +477,176 @@ def test_a_slurm_conf_another_account_writes_never_points_at_an_old_chain(node):
     assert refused.returncode != 0 and (node.conf_dir / "epilog.sh").exists()
 
 
-@pytest.mark.parametrize("user,listing,acts,answer", [
-    ("je.kim", b"root\nje.kim\n", False, "listed"),
-    ("alice", b"root\nje.kim\n", True, "not listed"),
-    ("je.kim", b"root\njeXkim\n", True, "not listed"),
-    ("alice", None, False, "lookup error"),
-    ("daemon", b"je.kim\n", False, "not listed"),
-])
-def test_explain_agrees_with_what_the_parts_then_do(node, user, listing, acts, answer):
-    """explain's answer, checked against a real run of epilog.sh for the same
-    user with a real stray process."""
+class DefaultPathNode(Node):
+    """A node whose chain is at the default slurm_config_dir, /etc/slurm:
+    every call runs in a private mount namespace with a tmpfs over
+    /etc/slurm (the host's is never touched); conf_dir is that directory
+    as seen from here."""
+
+    def __init__(self, salt_factories, holder_pid, **minion):
+        self.prefix = ["nsenter", f"--target={holder_pid}", "--mount"]
+        self.root = Path(f"/proc/{holder_pid}/root")
+        super().__init__(salt_factories, **minion)
+        self.conf_dir = self.root / "etc/slurm"
+        call = self.call
+        self.call = lambda *args, prefix=(), **kw: call(*args, prefix=[*self.prefix, *prefix], **kw)
+
+    def set_pillar(self, localusers=("root", "je.kim"), **extra):
+        super().set_pillar(localusers, **extra)
+        path = self.base / "pillar/epilog.sls"
+        data = json.loads(path.read_text())
+        del data["epilog"]["slurm_config_dir"]  # the default, from defaults.yaml
+        path.write_text(json.dumps(data))
+
+
+@pytest.fixture
+def default_path_node(salt_factories, accounts, salt_line):
+    holder = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         "mkdir -p /etc/slurm && mount -t tmpfs -o mode=0755 epilog-test /etc/slurm && echo ready && exec sleep 86400"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        n = DefaultPathNode(salt_factories, holder.pid, salt_line=salt_line)
+        yield n
+        shutil.rmtree(n.base, ignore_errors=True)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+DROP_DAC = ["setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
+LIST = b"root\nje.kim\ns.shin\n"
+RUNNER_LINE = re.compile(r"(info|warning) epilog\.sh job=4242 user=\S+ release=[0-9a-f]+: (.*)\Z")
+
+
+def _runner_lines(lines):
+    """A job end's own decisions out of explain's: without the parts it
+    would start (a job end logs what they do, not that they start), the
+    guard's answer where a job end does not ask it, and explain mode's own
+    notes."""
+    out, skip = [], False
+    for line in lines:
+        text = line.split(": ", 1)[1]
+        if skip:
+            skip = False
+        elif text == "the localusers guard, not asked at this job end, would say:":
+            skip = True
+        elif not text.startswith(("running ", "explain mode: ")):
+            out.append(line)
+    return out
+
+
+def _state_of(*paths):
+    """Every file under PATHS (names, contents, modes): what explain must leave as it was."""
+    out = {}
+    for top in paths:
+        for path in [top, *top.rglob("*")] if top.exists() else []:
+            st = path.lstat()
+            out[str(path)] = (st.st_mode, path.read_bytes() if path.is_file() and not path.is_symlink() else None)
+    return out
+
+
+# The first seed's decision matrix, every row, and a system account: explain
+# (the runner's explain mode) and a real job end, run the same way.
+@pytest.mark.parametrize("path,user,listing,drop,acts,answer", [
+    ("default", "je.kim", LIST, False, False, "listed"),
+    ("custom", "je.kim", LIST, False, False, "listed"),
+    ("custom", "alice", LIST, False, True, "not listed"),
+    ("custom", "alice", None, False, False, "lookup error"),
+    ("custom", "alice", LIST, True, False, "lookup error"),
+    ("custom", "je.kim", b"root\njeXkim\n", False, True, "not listed"),
+    ("custom", "daemon", b"je.kim\n", False, False, "not listed"),
+], ids=["listed-default-path", "listed-custom-path", "definite-nonmatch", "lookup-failed-absent",
+        "lookup-failed-unreadable", "regex-wildcard", "system-account"])
+def test_explain_and_a_real_job_end_agree_on_the_seed_matrix(request, path, user, listing, drop, acts, answer):
+    """explain asks the current release's epilog.sh in its explain mode; then
+    the same epilog.sh runs as at a real job end of the same job, with a real
+    stray process of the user. Both decide the same, line for line, and the
+    stray lives or dies as explain said. Unreadable: the list has mode 000,
+    and both run without root's DAC capabilities (a real EACCES)."""
+    node = request.getfixturevalue("default_path_node" if path == "default" else "node")
+    prefix = DROP_DAC if drop else []
     node.apply()
     backup = node.release / "localusers.backup"
+    shown = Path("/etc/slurm") / backup.relative_to(node.conf_dir) if path == "default" else backup
     if listing is None:
         backup.unlink()
     else:
         backup.write_bytes(listing)
-    report = node.run("explain", f"user={user}")
+    if drop:
+        os.chmod(backup, 0o000)
+    log = node.base / "epilog.log"
+    before = len(log.read_text(errors="replace").splitlines()) if log.exists() else 0
+    untouched = _state_of(node.base / "run", log, node.base / "localusers", node.conf_dir)
+    ret = node.call("epilog.explain", f"user={user}", "job=4242", prefix=prefix)
+    assert ret.returncode == 0 and isinstance(ret.data, dict), ret
+    assert _state_of(node.base / "run", log, node.base / "localusers", node.conf_dir) == untouched, \
+        "explain wrote, created or removed something"
+    report = ret.data
     assert report["localusers"]["answer"] == answer, report
-    assert report["localusers"]["file"] == str(backup)
-    assert report["other_jobs"]["answer"] == "no" and "node-local" in report["other_jobs"]["why"]
+    assert report["localusers"]["file"] == str(shown), report
+    assert report["other_jobs"]["answer"] == "no" and "node-local" in report["other_jobs"]["why"], report
     verdict = report["parts"]["40-lastuserjob-processes"]
-    assert verdict.startswith("acts") == acts, verdict
+    assert verdict.startswith("acts") == acts, report
+    assert report["parts"]["45-stale-x-display"].startswith("acts: sweeps"), report
     if user == "daemon":
-        assert "system account" in verdict
-        return
+        assert "system account" in verdict and report["system_account"] is True, report
     proc = stray(user)
     try:
-        run = subprocess.run([str(node.conf_dir / "epilog.sh")], env=slurmd_env(user, SLURM_CONF="/nonexistent"),
+        runner = "/etc/slurm/epilog.sh" if path == "default" else str(node.conf_dir / "epilog.sh")
+        prefix_run = [*getattr(node, "prefix", []), *prefix]
+        run = subprocess.run([*prefix_run, runner], env=slurmd_env(user, SLURM_CONF="/nonexistent"),
                              capture_output=True)
-        assert run.returncode == 0
-        # What the chain logged for this job end says why, should it disagree.
-        logged = (node.base / "epilog.log").read_text(errors="replace").splitlines()[-8:]
-        assert killed(proc) if acts else still_running(proc), (run.stdout, run.stderr, logged, report)
+        assert run.returncode == 0, run
+        logged = [line.split(" ", 1)[1] for line in log.read_text(errors="replace").splitlines()[before:]]
+        assert killed(proc) if acts else still_running(proc), (logged, report)
+    finally:
+        end(proc)
+    # The runner's own lines of that job end, as explain gives them.
+    decided = [f"{m.group(1)}: {m.group(2)}" for m in map(RUNNER_LINE.match, logged) if m]
+    assert decided == _runner_lines(report["decisions"]), (decided, report["decisions"])
+
+
+def test_explain_and_a_job_end_agree_when_another_job_of_the_user_is_marked(node):
+    """A job of alice's whose prolog marked it here 5 s ago: explain (about
+    the end of job 4242) and the real end of job 4242 both find it in the
+    run directory, without the controller, and both spare alice."""
+    node.apply()
+    run = node.base / "run"
+    run.mkdir(mode=0o700, exist_ok=True)
+    (run / f"{pwd.getpwnam('alice').pw_uid}.4343").write_text(f"running {int(time.time()) - 5}\n")
+    report = node.run("explain", "user=alice", "job=4242")
+    assert report["other_jobs"]["answer"] == "yes" and "node-local: job 4343 of uid" in report["other_jobs"]["why"], report
+    assert report["parts"]["40-lastuserjob-processes"] == "skipped: other jobs of this user on this node: yes", report
+    log = node.base / "epilog.log"
+    before = len(log.read_text(errors="replace").splitlines()) if log.exists() else 0
+    proc = stray("alice")
+    try:
+        run_ = subprocess.run([str(node.conf_dir / "epilog.sh")], env=slurmd_env("alice", SLURM_CONF="/nonexistent"),
+                              capture_output=True)
+        assert run_.returncode == 0, run_
+        assert still_running(proc)
+    finally:
+        end(proc)
+    logged = [line.split(" ", 1)[1] for line in log.read_text(errors="replace").splitlines()[before:]]
+    seconds = re.compile(r"started here [0-9]+ s ago")
+    decided = [seconds.sub("started here N s ago", f"{m.group(1)}: {m.group(2)}") for m in map(RUNNER_LINE.match, logged) if m]
+    assert decided == [seconds.sub("started here N s ago", line) for line in _runner_lines(report["decisions"])], \
+        (decided, report["decisions"])
+
+
+def test_explain_never_runs_a_runner_without_an_explain_mode(node):
+    """A release from before explain mode ignores --explain and would end a
+    job for real: explain refuses to run it, and alice's stray lives."""
+    node.apply()
+    runner = node.release / "epilog.sh"
+    runner.write_text(runner.read_text().replace("# epilog-explain-protocol: 1\n", ""))
+    proc = stray("alice")
+    try:
+        ret = node.call("epilog.explain", "user=alice")
+        assert ret.returncode != 0 and "predates epilog.explain's explain mode" in ret.stdout + ret.stderr, ret
+        assert still_running(proc)
     finally:
         end(proc)
 

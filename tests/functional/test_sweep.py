@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests import sweep_scenarios as sc
-from tests.helpers import REPO, load_file
+from tests.helpers import REPO, local_minion, require_root
 
 
 def sweep(sweeper, site, *args):
@@ -80,7 +80,24 @@ def test_sweep_that_cannot_run_exits_non_zero(salt_call):
     assert "job must be a numeric Slurm job id" in ret.stdout + ret.stderr
 
 
-def test_module_defaults_match_the_formula_defaults():
-    module = load_file(REPO / "_modules/epilog.py", "epilog_module")
-    defaults = yaml.safe_load((REPO / "salt/epilog/defaults.yaml").read_text())["epilog"]
-    assert module.DEFAULTS == {key: defaults[key] for key in module.DEFAULTS}
+def test_the_module_has_no_settings_of_its_own(salt_factories, salt_line, tmp_path):
+    """The module takes its settings from the formula's map.jinja (through
+    settings.jinja): no defaults, merge or rules of its own. A pillar the
+    state refuses is refused by the module's functions with the state's
+    message, naming the entry, and a good one is what they read."""
+    require_root()
+    minion = local_minion(salt_factories, "settings-test", tmp_path, salt_line=salt_line)
+    (tmp_path / "top.sls").write_text("base:\n  '*':\n    - epilog\n")
+    (tmp_path / "epilog.sls").write_text(yaml.safe_dump({"epilog": {"localusers": ["root", "a:b"],
+                                                                "slurm_config_dir": str(tmp_path / "no-chain")}}))
+    for function in ("epilog.sweep", "epilog.verify", "epilog.explain"):
+        args = ["test=True"] if function == "epilog.sweep" else ["user=alice"] if function == "epilog.explain" else []
+        ret = minion(function, *args)
+        assert ret.returncode != 0, (function, ret)
+        assert "epilog:localusers[1] ('a:b') holds a character other than" in ret.stdout + ret.stderr, (function, ret)
+    # ... but not the recovery operations: a rollback works under the pillar that broke a deploy
+    ret = minion("epilog.rollback")
+    assert f"no releases under {tmp_path / 'no-chain'}/epilog-releases" in ret.data["comment"], ret
+    (tmp_path / "epilog.sls").write_text(yaml.safe_dump({"epilog": {"slurm_config_dir": str(tmp_path / "no-chain")}}))
+    ret = minion("epilog.rollback")
+    assert f"no releases under {tmp_path / 'no-chain'}/epilog-releases" in ret.data["comment"], ret

@@ -16,7 +16,7 @@ from pathlib import Path
 import attr
 import pytest
 
-from tests.helpers import REPO, SALT_BINS, live_spool, require_root
+from tests.helpers import REPO, SALT_BINS, epilog_pillar, live_spool, require_root
 
 MINIONS = ["slurm-work-01", "slurm-work-02", "slurm-work-03"]
 SALT_VERSIONS = {"3008": "3008.4", "3006": "3006.29"}
@@ -33,11 +33,8 @@ class Fleet:
         return self.base / minion / "slurm"
 
     def write_pillar(self, minion, localusers=("root", "je.kim"), **extra):
-        node = self.base / minion
-        settings = {"slurm_config_dir": str(node / "slurm"), "ssh_allow_file": str(node / "localusers"),
-                    "log_file": str(node / "epilog.log"), "slurmd_spool_dir": str(node / "spool"), "run_dir": str(node / "run"),
-                    "localusers": list(localusers), **extra}
-        (self.base / "pillar" / f"{minion.replace('-', '_')}.sls").write_text(json.dumps({"epilog": settings}))
+        pillar = epilog_pillar(self.base / minion, **{"localusers": list(localusers), **extra})
+        (self.base / "pillar" / f"{minion.replace('-', '_')}.sls").write_text(json.dumps(pillar))
 
     def current(self, minion):
         return os.readlink(self.conf_dir(minion) / "epilog-releases/current")

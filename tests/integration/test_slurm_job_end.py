@@ -191,3 +191,31 @@ def test_each_release_runs_the_epilogs_slurm_conf_names_as_it_reads_them(slurm, 
     assert isinstance(ret.data, dict), ret
     problems = "\n".join(ret.data["problems"])
     assert f"{slurm.conf} gives Epilog= 2 times" in problems, ret.data
+
+
+@pytest.mark.parametrize("user,acts", [(OPERATOR, False), ("alice", True)])
+def test_explain_says_before_a_real_job_what_its_end_then_does(slurm, salt_factories, tmp_path, rsyslog, user, acts):
+    """epilog.explain on this node (the chain's own runner in explain mode,
+    finding Slurm through the running slurmd), then a real job of the user
+    with a stray: the stray dies exactly when explain said the parts act,
+    and the job end's guard gives explain's answer word for word."""
+    (tmp_path / "top.sls").write_text("base:\n  '*':\n    - epilog\n")
+    (tmp_path / "epilog.sls").write_text(json.dumps(slurm.chain.pillar(localusers=["root", OPERATOR])))
+    ret = local_minion(salt_factories, f"explain-{slurm.release}-{user}", tmp_path)("epilog.explain", f"user={user}")
+    assert ret.returncode == 0 and isinstance(ret.data, dict), ret
+    report = ret.data
+    assert report["other_jobs"]["answer"] == "no", report
+    assert report["parts"]["40-lastuserjob-processes"].startswith("acts") == acts, report
+    try:
+        job, out = slurm.run_job(user, STRAY)
+        pid = stray_pid(out)
+        slurm.wait_epilog_end(job)
+        if acts:
+            wait_for(lambda: not alive_as(pid, user), 10, what="the stray to die")
+        else:
+            assert alive_as(pid, user), "the operator's stray process was killed"
+        log = "\n".join(slurm.job_log(job))
+        assert report["localusers"]["why"] and report["localusers"]["why"] in log, (report, log)
+        assert_not_drained(slurm)
+    finally:
+        kill_all_of(user)

@@ -1,0 +1,120 @@
+"""The settings' one merge and one set of rules (map.jinja with rules.yaml),
+rendered through Salt's own Jinja environment with the pillar and the grains
+given as plain data: the rules a bad pillar meets, the message naming its
+entry, and what a good one merges to. No root and no Salt loader: this is
+what the states and the epilog module (settings.jinja) both read."""
+import copy
+import re
+
+import pytest
+import yaml
+
+from tests.helpers import REPO, load_file
+
+salt_templates = pytest.importorskip("salt.utils.templates")
+dictupdate = pytest.importorskip("salt.utils.dictupdate")
+import salt.config  # noqa: E402 - after importorskip, as salt may be missing
+import salt.exceptions  # noqa: E402
+
+RULES = yaml.safe_load((REPO / "salt/epilog/rules.yaml").read_text())
+DEFAULTS = yaml.safe_load((REPO / "salt/epilog/defaults.yaml").read_text())["epilog"]
+
+
+def render(tmp_path, pillar, os_family="Debian", validate=True):
+    """settings.jinja's JSON for PILLAR on a node of OS_FAMILY."""
+    opts = copy.deepcopy(salt.config.DEFAULT_MINION_OPTS)
+    opts.update({"file_roots": {"base": [str(REPO / "salt")]}, "file_client": "local", "cachedir": str(tmp_path)})
+
+    def pillar_get(key, default=None):
+        here = pillar
+        for part in key.split(":"):
+            if not isinstance(here, dict) or part not in here:
+                return default
+            here = here[part]
+        return here
+
+    functions = {
+        "grains.get": lambda key, default="": {"os_family": os_family}.get(key, default),
+        "pillar.get": pillar_get,
+        "slsutil.merge": lambda a, b, merge_lists=False: dictupdate.merge(a, b, merge_lists=merge_lists),
+    }
+    context = {"opts": opts, "saltenv": "base", "salt": functions, "tpldir": "epilog", "validate": validate,
+               "grains": {"os_family": os_family}, "pillar": pillar}
+    text = salt_templates.render_jinja_tmpl((REPO / "salt/epilog/settings.jinja").read_text(), context)
+    return yaml.safe_load(text)
+
+
+def test_the_defaults_are_the_settings_of_an_empty_pillar(tmp_path):
+    out = render(tmp_path, {})
+    assert out["rules"] == RULES
+    assert {key: out["settings"][key] for key in DEFAULTS} == DEFAULTS
+    assert out["settings"]["pkgs"] == ["python3", "procps", "perl-base"]
+
+
+def test_the_pillar_over_lookup_over_the_family_over_the_defaults(tmp_path):
+    out = render(tmp_path, {"epilog": {"lookup": {"pkgs": ["python39"], "sweep_budget": 4, "localusers": ["a"]},
+                                       "sweep_budget": 5, "localusers": ["root", "-v"],
+                                       "slurm_config_dir": "/opt/slurm/etc/"}},
+                 os_family="RedHat")["settings"]
+    assert out["pkgs"] == ["python39"]
+    assert out["sweep_budget"] == 5
+    assert out["localusers"] == ["root", "-v"], "lists are replaced, not merged; a leading - is a name"
+    assert out["slurm_config_dir"] == "/opt/slurm/etc"
+    assert "lookup" not in out
+
+
+@pytest.mark.parametrize("pillar,message", [
+    ({"localusers": "root"}, "epilog:localusers must be a list of account names"),
+    ({"localusers": ["root", 7]}, "epilog:localusers[1] (7) is not a string"),
+    ({"localusers": [""]}, "epilog:localusers[0] ('') is empty"),
+    ({"localusers": ["je kim"]}, "epilog:localusers[0] ('je kim') holds whitespace"),
+    ({"localusers": ["root\nalice"]}, "epilog:localusers[0] ('root\\nalice') holds whitespace or a newline"),
+    ({"localusers": ["a:b"]}, "epilog:localusers[0] ('a:b') holds a character other than"),
+    ({"localusers": ["$(reboot)"]}, "epilog:localusers[0] ('$(reboot)') holds a character other than"),
+    ({"pkgs": ["-oops"]}, "epilog:pkgs[0] ('-oops') is not a package name"),
+    ({"log_file": "relative/epilog.log"}, "epilog:log_file ('relative/epilog.log') must be an absolute path"),
+    ({"run_dir": "/run/../etc"}, "epilog:run_dir ('/run/../etc') must be an absolute path"),
+    ({"slurm_config_dir": "/etc/slurm conf"}, "epilog:slurm_config_dir ('/etc/slurm conf') must be"),
+    ({"ssh_allow_file": ["/etc/localusers"]}, "epilog:ssh_allow_file (['/etc/localusers']) must be"),
+    ({"part_timeout": 0}, "epilog:part_timeout (0) must be a whole number of seconds from 1 to 3600"),
+    ({"chain_timeout": 3601}, "epilog:chain_timeout (3601) must be a whole number of seconds from 1 to 3600"),
+    ({"sweep_budget": 2.5}, "epilog:sweep_budget (2.5) must be a whole number of seconds"),
+    ({"sweep_budget": True}, "epilog:sweep_budget (True) must be a whole number of seconds"),
+    ({"squeue_timeout": "5"}, "epilog:squeue_timeout ('5') must be a whole number of seconds"),
+    ({"keep_releases": 1}, "epilog:keep_releases (1) must be a whole number from 2 to 100"),
+    ({"scratch_patterns": "slurm{jobid}"}, "epilog:scratch_patterns must be a list of patterns"),
+    ({"scratch_patterns": ["*{jobid}"]}, "epilog:scratch_patterns[0] ('*{jobid}') must hold {jobid} once"),
+    ({"scratch_patterns": [".x{jobid}"]}, "epilog:scratch_patterns[0] ('.x{jobid}') must hold"),
+    ({"scratch_patterns": ["a/{jobid}"]}, "epilog:scratch_patterns[0] ('a/{jobid}') must hold"),
+    ({"scratch_patterns": ["slurm{jobid}{jobid}"]}, "must hold {jobid} once"),
+    ({"scratch_patterns": ["slurm"]}, "epilog:scratch_patterns[0] ('slurm') must hold"),
+    ({"sweep_budget": 20, "part_timeout": 20}, "epilog:sweep_budget (20) must be below epilog:part_timeout (20)"),
+    ({"chain_timeout": 40}, "epilog:chain_timeout (40) must leave room for the decision, one part and the runner"),
+])
+def test_a_bad_pillar_is_refused_naming_its_entry(tmp_path, pillar, message):
+    with pytest.raises(salt.exceptions.SaltException) as caught:
+        render(tmp_path, {"epilog": pillar})
+    assert message in str(caught.value)
+
+
+def test_the_recovery_operations_get_the_merge_without_the_checks(tmp_path):
+    """rollback and checkpoint (validate=False) must work under the pillar
+    that broke a deploy: the same merge, no refusal."""
+    out = render(tmp_path, {"epilog": {"localusers": ["bad user"], "part_timeout": 0, "slurm_config_dir": "/x/"}},
+                 validate=False)["settings"]
+    assert out["localusers"] == ["bad user"] and out["part_timeout"] == 0 and out["slurm_config_dir"] == "/x"
+
+
+def test_the_sweep_refuses_exactly_the_scratch_patterns_the_rules_refuse():
+    """The sweep runs on nodes without rules.yaml, so it holds the pattern
+    itself: the very same one."""
+    sweep = load_file(REPO / "_modules/epilog_sweep.py", "epilog_sweep_settings")
+    assert sweep.PATTERN_OK.pattern == RULES["scratch_pattern"]
+
+
+@pytest.mark.parametrize("name,ok", [
+    ("root", True), ("je.kim", True), ("-v", True), ("a@b", True), ("s_shin-2", True),
+    ("a b", False), ("a:b", False), ("a/b", False), ("é", False), ("a\n", False), ("$x", False), ("", False),
+])
+def test_the_account_rule(name, ok):
+    assert bool(re.fullmatch(f"[{RULES['account_chars']}]+", name)) is ok
