@@ -871,6 +871,8 @@ def explain(user, job=None):
         # Salt reads user=no as False and user=123 as a number: a name is a string.
         raise CommandExecutionError(f"user must be an account name, and Salt read this one as {user!r}: quote a "
                                     "name such as no, on or 123 twice, as in user='\"no\"'")
+    if "\0" in user:
+        raise CommandExecutionError(f"user must be an account name, got {user!r}: a NUL byte is in none")
     settings = _settings()
     if job is not None and not re.fullmatch(r"[1-9][0-9]{0,9}", str(job)):
         raise CommandExecutionError(f"job must be a numeric Slurm job id, got {job!r}")

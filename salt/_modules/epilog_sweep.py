@@ -45,7 +45,6 @@ removal is relative to an open directory handle and re-checks the inode; it
 never leaves /tmp, never opens a FIFO, and stops when its time budget runs out.
 """
 
-import argparse
 import errno
 import os
 import re
@@ -87,6 +86,8 @@ PATTERN_OK = re.compile(r"([A-Za-z0-9_-][A-Za-z0-9._*?-]*)?\{jobid\}[A-Za-z0-9._
 
 def _show(name):
     """A path for reports and logs: any byte shown, newlines escaped."""
+    if name.isprintable() and "\\" not in name:
+        return name  # what the rest would return, the common case at once
     text = os.fsencode(name).decode("utf-8", "backslashreplace")
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
@@ -145,7 +146,7 @@ class _Log:
     following a symlink, without blocking, and only when it is a regular file
     with no other hard link."""
 
-    FLUSH_LINES = 64
+    FLUSH_LINES = 1024
     FLUSH_SECONDS = 0.5
     SYSLOG = "/dev/log"
 
@@ -157,6 +158,7 @@ class _Log:
         self.enabled = enabled
         self._pending = []
         self._since = 0.0
+        self._stamped = (None, "")
 
     def _open(self):
         if self.log_fd is not None:
@@ -171,13 +173,20 @@ class _Log:
             return None, False
         return fd, True
 
+    def _stamp(self):
+        """The log's time stamp, formatted once per second."""
+        second = int(time.time())
+        if second != self._stamped[0]:
+            self._stamped = (second, time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(second)))
+        return self._stamped[1]
+
     def __call__(self, level, message):
         if not self.enabled:
             return
         now = time.monotonic()
         if not self._pending:
             self._since = now
-        self._pending.append((time.strftime("%Y-%m-%dT%H:%M:%S%z"), level, self.prefix + message))
+        self._pending.append((self._stamp(), level, self.prefix + message))
         if len(self._pending) >= self.FLUSH_LINES or now - self._since >= self.FLUSH_SECONDS:
             self.flush()
 
@@ -189,19 +198,22 @@ class _Log:
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
                 sock.setblocking(False)
+                # once per flush: no syslog here (or it restarts), and the
+                # file has every line
+                sock.connect(self.SYSLOG)
                 for _, level, line in pending:
                     priority = 3 * 8 + (4 if level == "warning" else 6)  # facility daemon
                     try:
-                        sock.sendto(f"<{priority}>{LOG_TAG}: {line}".encode("utf-8", "backslashreplace"), self.SYSLOG)
+                        sock.send(f"<{priority}>{LOG_TAG}: {line}".encode("utf-8", "backslashreplace"))
                     except BlockingIOError:
                         dropped += 1  # syslog's queue is full: never wait for it
                     except OSError:
-                        continue  # no syslog here (or it restarts): the file has the line
+                        continue  # syslog went away mid-flush: the file has the line
         except OSError:
             pass
         text = "".join(f"{stamp} {level} {line}\n" for stamp, level, line in pending)
         if dropped:
-            text += (f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} warning {self.prefix}"
+            text += (f"{self._stamp()} warning {self.prefix}"
                      f"{dropped} of these {len(pending)} lines did not reach syslog (its queue was full)\n")
         try:
             fd, close = self._open()
@@ -875,62 +887,95 @@ def run_sweep(test=False, job=None, patterns=(), budget=10, log_file=None, sourc
     return _Sweep(bool(test), job, patterns, budget, log, uid=uid).run()
 
 
-# -- the epilog part: python3 epilog_sweep.py sweep ... -------------------------
+# -- the epilog part: epilog_sweep.part(), at every job end ---------------------
+PART_OPTIONS = ("budget", "release", "pattern", "log-fd")
+
+
+def _digits(text):
+    """TEXT is ASCII digits only (str.isdigit also takes other scripts' digits)."""
+    return bool(text) and all(c in "0123456789" for c in text)
+
+
+def part(argv=None):
+    """Part 45's entry, run at every job end as
+
+        python3 -I -S -B -c '...; import epilog_sweep; sys.exit(epilog_sweep.part())' RELEASE_DIR --opt=value ...
+
+    so that the release's bytecode of this file (release.py writes it at the
+    deploy) is used, and nothing a job end does not need is imported (no
+    argparse). Every argument is a pillar value, each as --opt=value (opt in
+    PART_OPTIONS, --pattern= again for each pattern). The job's id, uid and
+    user come from slurmd's environment (SLURM_JOB_*), never from arguments:
+    a user named -v or --budget=0 never meets this parser. Always returns 0:
+    a failing epilog drains the node; what went wrong is in the log."""
+    options = {"budget": DEFAULT_BUDGET, "release": None, "pattern": [], "log-fd": None}
+    unknown = []
+    for arg in sys.argv[1:] if argv is None else argv:
+        name, sep, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
+        if not sep or name not in PART_OPTIONS:
+            unknown.append(arg)
+        elif name == "pattern":
+            options["pattern"].append(value)
+        else:
+            options[name] = value
+    release = options["release"]
+    if not (release and len(release) == 12 and all(c in "0123456789abcdef" for c in release)):
+        release = None
+    log_fd = options["log-fd"]
+    log_fd = int(log_fd) if _digits(log_fd) else None
+    source, user = "45-stale-x-display", os.environ.get("SLURM_JOB_USER") or None
+    job, uid = os.environ.get("SLURM_JOB_ID") or None, os.environ.get("SLURM_JOB_UID") or None
+    if not (_digits(job) and _digits(uid) and 1 <= int(uid) <= 4294967294):
+        job = uid = None  # no scratch without a plain job id and uid
+    log = _Log(None, source, job, user, log_fd=log_fd, release=release)
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        if unknown:
+            raise SweepError(f"unknown arguments {unknown!r} (each must be --opt=value, opt one of {PART_OPTIONS})")
+        run_sweep(job=job, patterns=options["pattern"], budget=options["budget"], source=source, user=user,
+                  uid=uid, log_fd=log_fd, release=release)
+    except SweepError as exc:
+        log("warning", f"sweep could not run: {exc}")
+        log.flush()
+        print(f"epilog_sweep.py: {exc}", file=sys.stderr)
+    except _Terminated as exc:
+        log("warning", f"sweep {exc}; what is left waits for the next job end")
+        log.flush()
+    except Exception as exc:  # noqa: BLE001  # the part must never fail the epilog
+        log("warning", f"sweep failed: {exc!r}")
+        log.flush()
+    return 0
+
+
+# -- by hand: python3 epilog_sweep.py sweep ... ---------------------------------
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["sweep", "--part"]:
+        return part(argv[2:])  # part 45's entry, run by hand
+    import argparse  # only by hand: a job end never needs it  # pylint: disable=import-outside-toplevel
+
     parser = argparse.ArgumentParser(prog="epilog_sweep.py", description="The epilog formula's residue sweep.")
     # (required= needs Python 3.7: the file runs on RHEL 8's and SLES 15's 3.6)
     sub = parser.add_subparsers(dest="command")
     cmd = sub.add_parser("sweep", help="sweep /tmp for X display, clsbd and job scratch residue")
     cmd.add_argument("--test", action="store_true", help="report, remove nothing")
-    cmd.add_argument("--job", help="the ending job's id: also remove its scratch (not with --part)")
-    cmd.add_argument("--uid", default=None, help="the job's uid: only its entries are the job's scratch (not with --part)")
+    cmd.add_argument("--job", help="the ending job's id: also remove its scratch")
+    cmd.add_argument("--uid", default=None, help="the job's uid: only its entries are the job's scratch")
     cmd.add_argument("--pattern", action="append", default=[], help="a scratch pattern holding {jobid}")
     cmd.add_argument("--budget", default=DEFAULT_BUDGET, help="seconds the sweep may take")
     cmd.add_argument("--log-file", default=None)
-    cmd.add_argument("--log-fd", type=int, default=None, help="an open log file to append to")
-    cmd.add_argument("--part", action="store_true",
-                     help="run as the epilog part: the job comes from SLURM_JOB_ID, SLURM_JOB_UID and SLURM_JOB_USER; "
-                          "always exit 0")
     cmd.add_argument("--json", action="store_true", help="print the report as JSON")
-    cmd.add_argument("--release", default=None, help="the release of the chain that runs it, for the log")
     args = parser.parse_args(argv)
     if args.command != "sweep":
-        parser.error("a command is required: sweep")
-    release = args.release if args.release and re.fullmatch(r"[0-9a-f]{12}", args.release) else None
-    source, user, job, uid = "epilog_sweep.py", None, args.job or None, args.uid
-    if args.part:
-        # The job's identity comes from slurmd's environment, never from
-        # arguments: a user named -v or --budget=0 never meets the parser.
-        source = "45-stale-x-display"
-        user = os.environ.get("SLURM_JOB_USER") or None
-        job = os.environ.get("SLURM_JOB_ID") or None
-        uid = os.environ.get("SLURM_JOB_UID") or None
-        if not (job and job.isdigit() and uid and uid.isdigit() and 1 <= int(uid) <= 4294967294):
-            job = uid = None  # no scratch without a plain job id and uid
-    log = _Log(args.log_file, source, job, user, log_fd=args.log_fd, release=release)
-    if args.part:
-        signal.signal(signal.SIGTERM, _terminated)
+        parser.error("a command is required: sweep (sweep --part is part 45's, see part())")
     try:
-        report = run_sweep(test=args.test, job=job, patterns=args.pattern, budget=args.budget,
-                           log_file=args.log_file, source=source, user=user, uid=uid, log_fd=args.log_fd,
-                           release=release)
+        report = run_sweep(test=args.test, job=args.job or None, patterns=args.pattern, budget=args.budget,
+                           log_file=args.log_file, source="epilog_sweep.py", uid=args.uid)
     except SweepError as exc:
-        log("warning", f"sweep could not run: {exc}")
-        log.flush()
         print(f"epilog_sweep.py: {exc}", file=sys.stderr)
-        return 0 if args.part else 1
-    except _Terminated as exc:
-        log("warning", f"sweep {exc}; what is left waits for the next job end")
-        log.flush()
-        return 0
-    except Exception as exc:  # the part must never fail the epilog  # pylint: disable=broad-except
-        if not args.part:
-            raise
-        log("warning", f"sweep failed: {exc!r}")
-        log.flush()
-        return 0
+        return 1
     if args.json:
-        import json  # only for --json: a job end never needs it
+        import json  # only for --json: a job end never needs it  # pylint: disable=import-outside-toplevel
 
         print(json.dumps(report, indent=1, sort_keys=True))
     return 0

@@ -3,6 +3,7 @@ epilog.sweep and through part 45 as the state lays it down. Each test runs in
 a private mount namespace whose /tmp is a fresh tmpfs (the host's /tmp is
 never swept), with residue from real X servers, real accounts and real FUSE
 mounts. Each test names the promise it attacks."""
+import json
 import os
 import shutil
 import subprocess
@@ -219,3 +220,63 @@ def test_part_42_leaves_another_accounts_file_in_the_users_directory(chain, acco
         shutil.rmtree(top, ignore_errors=True)
 
 
+
+
+# -- the bytecode part 45 runs ---------------------------------------------------
+def release_status(chain):
+    ret = subprocess.run(["/usr/bin/python3", "-I", "-B", str(chain.conf_dir / "epilog-releases/release.py"),
+                          "--root", str(chain.conf_dir), "status"], capture_output=True, text=True, timeout=60)
+    assert ret.returncode == 0, ret
+    return json.loads(ret.stdout)
+
+
+def import_sweep_verbosely(release, prefix=()):
+    """How part 45's python3 imports the release's sweep (-v: where the code came from)."""
+    ret = subprocess.run([*prefix, "/usr/bin/python3", "-I", "-S", "-B", "-v", "-c",
+                          "import sys; sys.path.append(sys.argv[1]); import epilog_sweep", str(release)],
+                         capture_output=True, text=True, timeout=60)
+    assert ret.returncode == 0, ret
+    return ret.stderr
+
+
+def test_part_45_runs_the_bytecode_of_its_release_and_writes_none(var_chain, accounts, site):
+    """Part 45 imports the sweep from its release, where release.py compiled
+    it at the deploy (a checked-hash .pyc in the manifest), instead of
+    compiling 900 lines at every job end; and the job end writes nothing
+    into the release (python3 -B), so the release stays exactly its
+    manifest."""
+    release = var_chain.release
+    tag = subprocess.run(["/usr/bin/python3", "-I", "-c", "import sys; print(sys.implementation.cache_tag)"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    pyc = f"__pycache__/epilog_sweep.{tag}.pyc"
+    before = release_status(var_chain)
+    assert pyc in before["manifest"] and before["problems"] == [], before
+    assert f"{release / pyc} matches {release / 'epilog_sweep.py'}" in import_sweep_verbosely(release)
+    files = sorted(p.relative_to(release) for p in release.rglob("*"))
+    site.crashed_xvfb(81)
+    dead = site.dead_pid()
+    site.write(f"/tmp/clsbd.alice.{dead}", b"")
+    run_part_45(site, var_chain, "alice")
+    for path in ("/tmp/.X11-unix/X81", "/tmp/.X81-lock", f"/tmp/clsbd.alice.{dead}"):
+        assert not os.path.lexists(site.path(path)), path
+    assert sorted(p.relative_to(release) for p in release.rglob("*")) == files
+    assert release_status(var_chain) == before
+
+
+def test_part_45_without_bytecode_for_its_python_compiles_the_source_and_still_sweeps(var_chain, accounts, site):
+    """A node whose python3 finds no bytecode of its own in the release (3.6
+    has no hash-based .pyc; another minor version has another cache tag)
+    runs the source, as before, and writes no bytecode into the release: the
+    release's __pycache__ is hidden here under an empty tmpfs, in the test's
+    own mount namespace only."""
+    cache = var_chain.release / "__pycache__"
+    subprocess.run([*site.prefix, "mount", "-t", "tmpfs", "-o", "mode=0755", "epilog-test-no-pyc", str(cache)], check=True)
+    imported = import_sweep_verbosely(var_chain.release, prefix=site.prefix)
+    assert f"code object from {var_chain.release / 'epilog_sweep.py'}\n" in imported and "epilog_sweep.cpython" not in imported
+    site.crashed_xvfb(82)
+    dead = site.dead_pid()
+    site.write(f"/tmp/clsbd.alice.{dead}", b"")
+    run_part_45(site, var_chain, "alice")
+    for path in ("/tmp/.X11-unix/X82", "/tmp/.X82-lock", f"/tmp/clsbd.alice.{dead}"):
+        assert not os.path.lexists(site.path(path)), path
+    assert os.listdir(site.path(cache)) == []

@@ -559,7 +559,7 @@ def _state_of(*paths):
     ("custom", "daemon", b"je.kim\n", False, False, "not listed"),
 ], ids=["listed-default-path", "listed-custom-path", "definite-nonmatch", "lookup-failed-absent",
         "lookup-failed-unreadable", "regex-wildcard", "system-account"])
-def test_explain_and_a_real_job_end_agree_on_the_seed_matrix(request, path, user, listing, drop, acts, answer):
+def test_explain_and_a_real_job_end_agree_on_the_seed_matrix(request, salt_line, path, user, listing, drop, acts, answer):
     """explain asks the current release's epilog.sh in its explain mode; then
     the same epilog.sh runs as at a real job end of the same job, with a real
     stray process of the user. Both decide the same, line for line, and the
@@ -649,6 +649,16 @@ def test_explain_never_runs_a_runner_without_an_explain_mode(node):
         assert still_running(proc)
     finally:
         end(proc)
+
+
+def test_explain_refuses_a_name_with_a_nul_byte_with_a_clear_error(node):
+    """YAML's "\\0" gives a NUL byte, which no account name and no
+    environment can hold: a clear error, not a traceback, and nothing runs."""
+    node.apply()
+    ret = node.call("epilog.explain", 'user="al\\0ice"')
+    out = ret.stdout + ret.stderr
+    assert ret.returncode != 0 and "user must be an account name, got 'al\\x00ice': a NUL byte is in none" in out, ret
+    assert "Traceback" not in out, ret
 
 
 def test_explain_says_unknown_when_other_jobs_cannot_be_told(node):

@@ -105,6 +105,20 @@ def test_a_name_is_shown_on_one_line_whatever_it_holds(name, shown):
     assert sweep._show(name) == shown
 
 
+def test_a_plain_name_is_shown_as_the_escaping_would_show_it():
+    """_show returns a printable name without a backslash at once: the
+    escaping would leave it as it is. Every character class that can be in
+    a file name agrees."""
+    def escaped(name):
+        text = os.fsencode(name).decode("utf-8", "backslashreplace")
+        return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+
+    samples = [chr(c) for c in range(1, 0x3000)] + ["\udcff", "\U0001f600", "\u2028", "\x7f", "\x85", "\ufeff"]
+    for char in samples:
+        name = f"/tmp/clsbd.u{char}x.12"
+        assert sweep._show(name) == escaped(name), repr(char)
+
+
 @pytest.fixture
 def log_sinks(tmp_path):
     """A log file and a syslog socket of the test's own."""
@@ -217,7 +231,7 @@ def test_the_runners_sigterm_ends_the_sweep_with_what_it_did_in_the_log(tmp_path
     monkeypatch.setattr(sweep._Sweep, "remove", remove_then_sigterm)
     before = signal.getsignal(signal.SIGTERM)
     try:
-        assert sweep.main(["sweep", "--part", f"--log-fd={fd}"]) == 0
+        assert sweep.part([f"--log-fd={fd}"]) == 0
     finally:
         signal.signal(signal.SIGTERM, before)
         sweep._SIGTERM.clear()
@@ -228,3 +242,64 @@ def test_the_runners_sigterm_ends_the_sweep_with_what_it_did_in_the_log(tmp_path
     for removed in gone:
         assert f"stale clsbd purged: {removed}\n" in log, log
     assert "sweep stopped by SIGTERM: the chain's time for part 45 ran out" in log, log
+
+
+@pytest.mark.parametrize("argv,job,said", [
+    # an option part 45 never passes: nothing is swept, the log says why, 0
+    (["--budget=5", "--json"], "77", "sweep could not run: unknown arguments ['--json']"),
+    (["--budget", "5"], "77", "sweep could not run: unknown arguments ['--budget', '5']"),
+    (["--budget=nope"], "77", "sweep could not run: budget must be a number of seconds, got 'nope'"),
+], ids=["unknown-option", "not-opt=value", "bad-budget"])
+def test_the_part_entry_takes_only_its_own_options_and_never_fails(tmp_path, monkeypatch, log_sinks, argv, job, said):
+    """part(), what part 45 runs at every job end, parses its pillar
+    arguments itself (no argparse at a job end): anything but --opt=value
+    of its own options is refused, the refusal is logged, nothing is swept,
+    and it still returns 0 (a failing epilog drains the node)."""
+    path, fd, syslog = log_sinks
+    residue = tmp_path / "tmp"
+    residue.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (residue / f"clsbd.user.{dead.pid}").write_bytes(b"")
+    monkeypatch.setattr(sweep, "TMP", str(residue))
+    monkeypatch.setattr(sweep._Log, "SYSLOG", syslog.getsockname())
+    monkeypatch.setenv("SLURM_JOB_ID", job)
+    monkeypatch.setenv("SLURM_JOB_UID", "1001")
+    monkeypatch.setenv("SLURM_JOB_USER", "alice")
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert sweep.part([*argv, f"--log-fd={fd}", "--release=0123456789ab"]) == 0
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert os.listdir(residue) == [f"clsbd.user.{dead.pid}"]
+    assert f" warning 45-stale-x-display job={job} user=alice release=0123456789ab: {said}" in path.read_text()
+
+
+@pytest.mark.parametrize("job,uid,release,prefix", [
+    ("77", "1001", "0123456789ab", "job=77 user=alice release=0123456789ab"),
+    # digits of another script are digits to str.isdigit, not a job id
+    ("\u0667\u0667", "1001", "0123456789ab", "job=none user=alice release=0123456789ab"),
+    ("77", "\u0661\u0660\u0660\u0661", "0123456789ab", "job=none user=alice release=0123456789ab"),
+    ("77", "0", "0123456789ab", "job=none user=alice release=0123456789ab"),
+    ("77", "1001", "0123456789ab; rm", "job=77 user=alice"),
+], ids=["plain", "job-in-other-digits", "uid-in-other-digits", "uid-0", "release-not-an-id"])
+def test_the_part_entry_takes_the_job_from_slurmd_only_as_plain_numbers(tmp_path, monkeypatch, log_sinks, job, uid,
+                                                                        release, prefix):
+    path, fd, syslog = log_sinks
+    residue = tmp_path / "tmp"
+    residue.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (residue / f"clsbd.user.{dead.pid}").write_bytes(b"")
+    monkeypatch.setattr(sweep, "TMP", str(residue))
+    monkeypatch.setattr(sweep._Log, "SYSLOG", syslog.getsockname())
+    monkeypatch.setenv("SLURM_JOB_ID", job)
+    monkeypatch.setenv("SLURM_JOB_UID", uid)
+    monkeypatch.setenv("SLURM_JOB_USER", "alice")
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert sweep.part([f"--log-fd={fd}", f"--release={release}", "--pattern=slurm{jobid}*"]) == 0
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert os.listdir(residue) == []
+    assert f" info 45-stale-x-display {prefix}: stale clsbd purged: {residue}/clsbd.user.{dead.pid}\n" in path.read_text()

@@ -51,6 +51,8 @@ CHECKPOINT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,63}\Z")
 CHECKPOINT_LINES = 200
 ID = re.compile(r"[0-9a-f]{12}\Z")
 HISTORY_LINES = 500
+# where compile() writes the bytecode of the release's Python files
+PYCACHE = "__pycache__/"
 
 
 class Refused(Exception):
@@ -325,6 +327,53 @@ class Releases:
         self._write(top, MANIFEST, "".join("%s  %s\n" % (hashes[rel], rel) for rel in sorted(hashes)))
         _fsync(top, directory=True)
 
+    def bytecode(self, rid, expect):
+        """{bytecode path: source path} for RID's Python files among EXPECT
+        (epilog_sweep.py, which part 45 imports): where this python3, the one
+        part 45 runs, looks for their bytecode. Empty on python 3.6, which
+        has no hash-based .pyc: part 45 then compiles the source at each run."""
+        if sys.version_info < (3, 7) or sys.implementation.cache_tag is None:
+            return {}
+        import importlib.util  # pylint: disable=import-outside-toplevel
+
+        top = os.path.join(self.dir, rid)
+        out = {}
+        for rel in expect:
+            if rel.endswith(".py") and "/" not in rel:
+                pyc = os.path.relpath(importlib.util.cache_from_source(os.path.join(top, rel)), top)
+                if pyc.startswith(PYCACHE) and pyc.count("/") == 1:  # (not under a pycache_prefix)
+                    out[pyc] = rel
+        return out
+
+    def compile(self, rid, bytecode):
+        """Write the BYTECODE (bytecode()) of RID, unless a valid one is there
+        already: a checked-hash .pyc (PEP 552), which python uses only while
+        it matches the source's hash, so a stale one is never run, and which
+        holds no timestamp. It is in the manifest like every file of the
+        release, and a job end never writes one (python3 -B)."""
+        import importlib.util  # pylint: disable=import-outside-toplevel
+        import py_compile  # pylint: disable=import-outside-toplevel
+
+        top = os.path.join(self.dir, rid)
+        for rel, source_rel in sorted(bytecode.items()):
+            pyc, source = os.path.join(top, rel), os.path.join(top, source_rel)
+            with open(source, "rb") as handle:
+                header = importlib.util.MAGIC_NUMBER + b"\x03\x00\x00\x00" + importlib.util.source_hash(handle.read())
+            try:
+                with open(pyc, "rb") as handle:
+                    if handle.read(len(header)) == header:
+                        continue
+            except OSError:
+                pass
+            os.makedirs(os.path.dirname(pyc), mode=0o755, exist_ok=True)
+            os.chmod(os.path.dirname(pyc), 0o755)
+            try:
+                py_compile.compile(source, cfile=pyc, doraise=True,
+                                   invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+            except py_compile.PyCompileError as exc:
+                raise Refused("%s does not compile: %s" % (source, exc.msg)) from exc
+            os.chmod(pyc, 0o644)
+
     def tidy(self, rid, keep):
         """Remove what a crashed or interrupted lay-down left in RID beside
         the files KEEP (Salt's temporary copies, our own .tmp files): root's
@@ -429,7 +478,10 @@ def activate(releases, rid, expect, entries, keep, grace):
         # after a rollback or a repair: a power cut must not leave a
         # current release of empty files).
         recorded = releases.manifest(rid)
+        bytecode = releases.bytecode(rid, expect)
+        expect = dict(expect, **{rel: 0o644 for rel in bytecode})
         report["tidied"] = releases.tidy(rid, set(expect))
+        releases.compile(rid, bytecode)
         hashes, modes = releases.check(rid, expect, entries=entries)
         releases.make(rid, hashes, modes)
         report["remade"] = recorded is not None and recorded != hashes
@@ -554,9 +606,12 @@ def status(releases, entries):
         report["manifest"] = releases.manifest(current)
         if report["manifest"] is not None:
             # one digest of the whole content: equal on every node whose
-            # files are equal, whatever the id
+            # files are equal, whatever the id. The bytecode aside: it is the
+            # node's python3's compilation of a source that is in it (and
+            # python runs it only while it matches that source).
             report["content"] = hashlib.sha256("".join(
-                "%s  %s\n" % (digest, rel) for rel, digest in sorted(report["manifest"].items())).encode()).hexdigest()
+                "%s  %s\n" % (digest, rel) for rel, digest in sorted(report["manifest"].items())
+                if not rel.startswith(PYCACHE)).encode()).hexdigest()
         report["problems"].extend(releases.drift(current))
     except (Refused, OSError, ValueError) as exc:
         report["problems"].append(str(exc))
