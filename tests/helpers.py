@@ -12,8 +12,18 @@ from importlib.util import module_from_spec, spec_from_file_location
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+# What the formula lays down where (salt/epilog/layout.yaml): the tests take
+# names and counts from it, as the states do.
+LAYOUT = yaml.safe_load((REPO / "salt/epilog/layout.yaml").read_text())
+
+
+def laid_down(file_id):
+    """The path under slurm_config_dir (or under a release, for release_data)
+    of layout.yaml's file FILE_ID."""
+    return next(f["path"] for f in LAYOUT["data"] + LAYOUT["release_data"] if f["id"] == file_id)
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 # The Salt lines the formula supports, each in a venv of its own (.ci/setup
 # builds both): the functional tests, the fleet and the quickstart run on each.

@@ -68,6 +68,9 @@ def __virtual__():
 
 TMP = "/tmp"
 X11_DIR = ".X11-unix"
+# root, as systemd-tmpfiles makes it: under another owner, none of its
+# entries is judged (the unit tests, run without root, stand their own uid in)
+X11_DIR_OWNER = 0
 LOG_TAG = "slurm-epilog"
 
 # The budget when --budget is not given (part 45 always gives the pillar's).
@@ -88,7 +91,9 @@ def _show(name):
     """A path for reports and logs: any byte shown, newlines escaped."""
     if name.isprintable() and "\\" not in name:
         return name  # what the rest would return, the common case at once
-    text = os.fsencode(name).decode("utf-8", "backslashreplace")
+    # (not os.fsencode: under LC_ALL=C, python 3.6's file system encoding is
+    # ascii, and a name of other letters would raise)
+    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
@@ -146,7 +151,7 @@ class _Log:
     following a symlink, without blocking, and only when it is a regular file
     with no other hard link."""
 
-    FLUSH_LINES = 1024
+    FLUSH_LINES = 256
     FLUSH_SECONDS = 0.5
     SYSLOG = "/dev/log"
 
@@ -190,27 +195,47 @@ class _Log:
         if len(self._pending) >= self.FLUSH_LINES or now - self._since >= self.FLUSH_SECONDS:
             self.flush()
 
+    def _syslog(self, pending):
+        """Send PENDING to syslog, one datagram a line, on a socket connected
+        once per flush (no syslog here: none is tried line by line, and the
+        file has every line). A syslog that restarts mid-flush is connected
+        to again, once. Returns how many lines its full queue dropped."""
+        dropped, sock, reconnected = 0, None, False
+        try:
+            for _, level, line in pending:
+                priority = 3 * 8 + (4 if level == "warning" else 6)  # facility daemon
+                datagram = f"<{priority}>{LOG_TAG}: {line}".encode("utf-8", "backslashreplace")
+                while True:
+                    if sock is None:
+                        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                        sock.setblocking(False)
+                        sock.connect(self.SYSLOG)
+                    try:
+                        sock.send(datagram)
+                    except BlockingIOError:
+                        dropped += 1  # syslog's queue is full: never wait for it
+                    except OSError as exc:
+                        if exc.errno not in (errno.ECONNREFUSED, errno.ECONNRESET, errno.ENOTCONN):
+                            break  # this line only (too long, say): the file has it
+                        sock.close()
+                        sock = None
+                        if reconnected:
+                            raise
+                        reconnected = True
+                        continue  # syslog restarted: its new socket, once
+                    break
+        except OSError:
+            pass  # no syslog (any more): the file has every line
+        finally:
+            if sock is not None:
+                sock.close()
+        return dropped
+
     def flush(self):
         pending, self._pending = self._pending, []
         if not pending:
             return
-        dropped = 0
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-                sock.setblocking(False)
-                # once per flush: no syslog here (or it restarts), and the
-                # file has every line
-                sock.connect(self.SYSLOG)
-                for _, level, line in pending:
-                    priority = 3 * 8 + (4 if level == "warning" else 6)  # facility daemon
-                    try:
-                        sock.send(f"<{priority}>{LOG_TAG}: {line}".encode("utf-8", "backslashreplace"))
-                    except BlockingIOError:
-                        dropped += 1  # syslog's queue is full: never wait for it
-                    except OSError:
-                        continue  # syslog went away mid-flush: the file has the line
-        except OSError:
-            pass
+        dropped = self._syslog(pending)
         text = "".join(f"{stamp} {level} {line}\n" for stamp, level, line in pending)
         if dropped:
             text += (f"{self._stamp()} warning {self.prefix}"
@@ -699,7 +724,7 @@ class _Sweep:
         except OSError as exc:
             self.report["skipped"].append(f"{path}: cannot look at it ({exc.strerror}); its entries are left alone")
             return {}, None
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != X11_DIR_OWNER:
             why = (f"not a real directory ({_kind_of(st)})" if not stat.S_ISDIR(st.st_mode)
                    else f"owned by uid {st.st_uid}, not root")
             self.report["skipped"].append(f"{path}: {why}; its entries are left alone")

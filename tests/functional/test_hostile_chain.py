@@ -20,6 +20,7 @@ from tests.helpers import (
     end,
     hostile,
     kill_all_of,
+    laid_down,
     live_processes_of,
     owned_file,
     process_uids,
@@ -277,7 +278,7 @@ def test_no_other_account_can_hold_the_allow_file_lock(chain, cbin, alice_cleanu
     adds the line, without waiting for any lock."""
     old, line = hostile(ALICE, str(cbin / "fighter"), "flock", "/etc")  # the default allow file's directory
     assert line == "locked", "precondition: any user can lock a directory she can open"
-    new, line = hostile(ALICE, str(cbin / "fighter"), "flock", str(chain.conf_dir / "ssh_allow.lock"))
+    new, line = hostile(ALICE, str(cbin / "fighter"), "flock", str(chain.conf_dir / laid_down("config-ssh-allow-lock")))
     assert line == "denied 13", line
     chain.allow_file.write_text("bob\n")
     mark = len(chain.log_text())
@@ -349,11 +350,12 @@ def test_an_own_part_that_hangs_is_stopped_with_its_children_and_the_chain_goes_
     in flock, a child of its own. After part_timeout the runner stops 39's
     whole group, flock included, logs it, and 40 still runs."""
     c = own_chain(part_timeout=3, sweep_budget=1)
-    holder = subprocess.Popen(["flock", str(c.conf_dir / "ssh_allow.lock"), "sleep", "600"], start_new_session=True)
+    lock = c.conf_dir / laid_down("config-ssh-allow-lock")
+    holder = subprocess.Popen(["flock", str(lock), "sleep", "600"], start_new_session=True)
     c.allow_file.write_text("alice\n")
     victim = stray(ALICE)
     try:
-        wait_for(lambda: subprocess.run(["flock", "-n", str(c.conf_dir / "ssh_allow.lock"), "true"]).returncode != 0,
+        wait_for(lambda: subprocess.run(["flock", "-n", str(lock), "true"]).returncode != 0,
                  10, what="the lock to be held")
         ret = c.run(c.conf_dir / "epilog.sh", slurmd_env(ALICE, SLURM_CONF="/nonexistent/slurm.conf"), timeout=60)
         assert ret.returncode == 0

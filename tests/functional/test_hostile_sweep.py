@@ -13,7 +13,19 @@ from pathlib import Path
 import pytest
 
 from tests.functional.test_sweep import sweep
-from tests.helpers import Chain, hostile, ids_of, lay_down, live_spool, require, require_tools, slurmd_env, uid_of, wait_for
+from tests.helpers import (
+    Chain,
+    hostile,
+    ids_of,
+    laid_down,
+    lay_down,
+    live_spool,
+    require,
+    require_tools,
+    slurmd_env,
+    uid_of,
+    wait_for,
+)
 
 # alice binds an abstract unix socket named by argv[1]: any bytes, newlines too.
 BIND_ABSTRACT = ("import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.bind(b'\\0' + sys.argv[1].encode()); "
@@ -224,7 +236,7 @@ def test_part_42_leaves_another_accounts_file_in_the_users_directory(chain, acco
 
 # -- the bytecode part 45 runs ---------------------------------------------------
 def release_status(chain):
-    ret = subprocess.run(["/usr/bin/python3", "-I", "-B", str(chain.conf_dir / "epilog-releases/release.py"),
+    ret = subprocess.run(["/usr/bin/python3", "-I", "-B", str(chain.conf_dir / laid_down("release-tool")),
                           "--root", str(chain.conf_dir), "status"], capture_output=True, text=True, timeout=60)
     assert ret.returncode == 0, ret
     return json.loads(ret.stdout)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, end, epilog_pillar, killed, live_spool, local_minion, slurmd_env, still_running, stray
+from tests.helpers import REPO, end, epilog_pillar, killed, laid_down, live_spool, local_minion, slurmd_env, still_running, stray
 
 _ids = itertools.count()
 
@@ -320,7 +320,7 @@ def test_rollback_to_a_checkpoint_returns_to_exactly_that_release(node):
         assert report["result"] is False and report["recorded"] is False, (bad, report)
     # a node whose release.py predates checkpoints (the first rollout of this
     # version): the formula's own release.py records it
-    tool = node.conf_dir / "epilog-releases/release.py"
+    tool = node.conf_dir / laid_down("release-tool")
     current_tool = tool.read_bytes()
     tool.write_bytes(subprocess.run(["git", "-C", str(REPO), "show", "4bbfd50:salt/epilog/files/release.py"],
                                     capture_output=True, check=True).stdout)

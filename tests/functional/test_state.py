@@ -7,11 +7,9 @@ import shutil
 import subprocess
 
 import pytest
-import yaml
 
-from tests.helpers import REPO, SALT_BINS, Chain, SaltCall, require_tools
+from tests.helpers import LAYOUT, REPO, SALT_BINS, Chain, SaltCall, laid_down, require_tools
 
-LAYOUT = yaml.safe_load((REPO / "salt/epilog/layout.yaml").read_text())
 SCRIPTS = [script["path"] for script in LAYOUT["scripts"]]
 RELEASE_FILES = SCRIPTS + [data["path"] for data in LAYOUT["release_data"]]
 # the directories, the log directory, the data files, the release's directory
@@ -138,8 +136,8 @@ def test_scripts_are_root_owned_0755_and_not_writable_by_slurm(salt_call, tmp_pa
     assert slurm.returncode == 0, "the slurm account (from the slurm packages) is missing"
     release = c.release
     dirs = [c.conf_dir / "epilog.d", c.conf_dir / "prolog.d", c.conf_dir / "epilog-releases", release,
-            release / "epilog.d", release / "prolog.d"]
-    for path in [release / s for s in SCRIPTS] + [c.conf_dir / "epilog-releases/release.py"] + dirs:
+            release / "epilog.d", release / "prolog.d", release / "__pycache__"]
+    for path in [release / s for s in SCRIPTS] + [c.conf_dir / laid_down("release-tool")] + dirs:
         st = path.stat()
         assert (st.st_uid, st.st_gid) == (0, 0), path
         assert st.st_mode & 0o7777 == 0o755, (path, oct(st.st_mode))

@@ -4,11 +4,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import yaml
+from tests.helpers import LAYOUT, REPO, SALT_BINS
 
-from tests.helpers import REPO, SALT_BINS
-
-LAYOUT = yaml.safe_load((REPO / "salt/epilog/layout.yaml").read_text())
 # what a first apply lays down: the directories, the log directory, the data
 # files, the release's directories and files, the switch to it and the
 # module's sync (the packages are there, the retired files are not)

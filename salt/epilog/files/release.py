@@ -346,32 +346,42 @@ class Releases:
         return out
 
     def compile(self, rid, bytecode):
-        """Write the BYTECODE (bytecode()) of RID, unless a valid one is there
-        already: a checked-hash .pyc (PEP 552), which python uses only while
+        """Write the BYTECODE (bytecode()) of RID unless the one there is
+        valid: a checked-hash .pyc (PEP 552), which python uses only while
         it matches the source's hash, so a stale one is never run, and which
-        holds no timestamp. It is in the manifest like every file of the
-        release, and a job end never writes one (python3 -B)."""
+        holds no timestamp. Valid means its header and its whole code object
+        are what the source compiles to now (a bit flipped past the header
+        would pass python's own check and break every job end). It is in the
+        manifest like every file of the release, and a job end never writes
+        one (python3 -B)."""
         import importlib.util  # pylint: disable=import-outside-toplevel
+        import marshal  # pylint: disable=import-outside-toplevel
         import py_compile  # pylint: disable=import-outside-toplevel
 
         top = os.path.join(self.dir, rid)
         for rel, source_rel in sorted(bytecode.items()):
             pyc, source = os.path.join(top, rel), os.path.join(top, source_rel)
             with open(source, "rb") as handle:
-                header = importlib.util.MAGIC_NUMBER + b"\x03\x00\x00\x00" + importlib.util.source_hash(handle.read())
+                text = handle.read()
+            header = importlib.util.MAGIC_NUMBER + b"\x03\x00\x00\x00" + importlib.util.source_hash(text)
+            try:
+                code = compile(text, source, "exec", dont_inherit=True)
+            except (SyntaxError, ValueError) as exc:
+                raise Refused("%s does not compile: %s" % (source, exc)) from exc
             try:
                 with open(pyc, "rb") as handle:
-                    if handle.read(len(header)) == header:
-                        continue
-            except OSError:
-                pass
+                    data = handle.read()
+                valid = data[:len(header)] == header and marshal.loads(data[len(header):]) == code
+            except (OSError, ValueError, EOFError, TypeError):
+                valid = False
             os.makedirs(os.path.dirname(pyc), mode=0o755, exist_ok=True)
             os.chmod(os.path.dirname(pyc), 0o755)
-            try:
-                py_compile.compile(source, cfile=pyc, doraise=True,
-                                   invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
-            except py_compile.PyCompileError as exc:
-                raise Refused("%s does not compile: %s" % (source, exc.msg)) from exc
+            if not valid:
+                try:
+                    py_compile.compile(source, cfile=pyc, doraise=True,
+                                       invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+                except py_compile.PyCompileError as exc:
+                    raise Refused("%s does not compile: %s" % (source, exc.msg)) from exc
             os.chmod(pyc, 0o644)
 
     def tidy(self, rid, keep):
