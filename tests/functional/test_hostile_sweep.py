@@ -251,6 +251,15 @@ def import_sweep_verbosely(release, prefix=()):
     return ret.stderr
 
 
+def part_45_sweeps_a_crashed_display_and_a_dead_clsbd(site, chain, display):
+    site.crashed_xvfb(display)
+    dead = site.dead_pid()
+    site.write(f"/tmp/clsbd.alice.{dead}", b"")
+    run_part_45(site, chain, "alice")
+    for path in (f"/tmp/.X11-unix/X{display}", f"/tmp/.X{display}-lock", f"/tmp/clsbd.alice.{dead}"):
+        assert not os.path.lexists(site.path(path)), path
+
+
 def test_part_45_runs_the_bytecode_of_its_release_and_writes_none(var_chain, accounts, site):
     """Part 45 imports the sweep from its release, where release.py compiled
     it at the deploy (a checked-hash .pyc in the manifest), instead of
@@ -265,12 +274,7 @@ def test_part_45_runs_the_bytecode_of_its_release_and_writes_none(var_chain, acc
     assert pyc in before["manifest"] and before["problems"] == [], before
     assert f"{release / pyc} matches {release / 'epilog_sweep.py'}" in import_sweep_verbosely(release)
     files = sorted(p.relative_to(release) for p in release.rglob("*"))
-    site.crashed_xvfb(81)
-    dead = site.dead_pid()
-    site.write(f"/tmp/clsbd.alice.{dead}", b"")
-    run_part_45(site, var_chain, "alice")
-    for path in ("/tmp/.X11-unix/X81", "/tmp/.X81-lock", f"/tmp/clsbd.alice.{dead}"):
-        assert not os.path.lexists(site.path(path)), path
+    part_45_sweeps_a_crashed_display_and_a_dead_clsbd(site, var_chain, 81)
     assert sorted(p.relative_to(release) for p in release.rglob("*")) == files
     assert release_status(var_chain) == before
 
@@ -285,10 +289,5 @@ def test_part_45_without_bytecode_for_its_python_compiles_the_source_and_still_s
     subprocess.run([*site.prefix, "mount", "-t", "tmpfs", "-o", "mode=0755", "epilog-test-no-pyc", str(cache)], check=True)
     imported = import_sweep_verbosely(var_chain.release, prefix=site.prefix)
     assert f"code object from {var_chain.release / 'epilog_sweep.py'}\n" in imported and "epilog_sweep.cpython" not in imported
-    site.crashed_xvfb(82)
-    dead = site.dead_pid()
-    site.write(f"/tmp/clsbd.alice.{dead}", b"")
-    run_part_45(site, var_chain, "alice")
-    for path in ("/tmp/.X11-unix/X82", "/tmp/.X82-lock", f"/tmp/clsbd.alice.{dead}"):
-        assert not os.path.lexists(site.path(path)), path
+    part_45_sweeps_a_crashed_display_and_a_dead_clsbd(site, var_chain, 82)
     assert os.listdir(site.path(cache)) == []

@@ -244,35 +244,45 @@ def test_the_runners_sigterm_ends_the_sweep_with_what_it_did_in_the_log(tmp_path
     assert "sweep stopped by SIGTERM: the chain's time for part 45 ran out" in log, log
 
 
-@pytest.mark.parametrize("argv,job,said", [
-    # an option part 45 never passes: nothing is swept, the log says why, 0
-    (["--budget=5", "--json"], "77", "sweep could not run: unknown arguments ['--json']"),
-    (["--budget", "5"], "77", "sweep could not run: unknown arguments ['--budget', '5']"),
-    (["--budget=nope"], "77", "sweep could not run: budget must be a number of seconds, got 'nope'"),
-], ids=["unknown-option", "not-opt=value", "bad-budget"])
-def test_the_part_entry_takes_only_its_own_options_and_never_fails(tmp_path, monkeypatch, log_sinks, argv, job, said):
-    """part(), what part 45 runs at every job end, parses its pillar
-    arguments itself (no argparse at a job end): anything but --opt=value
-    of its own options is refused, the refusal is logged, nothing is swept,
-    and it still returns 0 (a failing epilog drains the node)."""
+def run_part(tmp_path, monkeypatch, log_sinks, argv, job, uid):
+    """part() with ARGV, the job (SLURM_JOB_ID=JOB, SLURM_JOB_UID=UID, user
+    alice) and the log's fd, over a directory of the test's own standing in
+    for /tmp that holds one dead clsbd file. Returns (that directory, the
+    clsbd file's name, the log's text)."""
     path, fd, syslog = log_sinks
     residue = tmp_path / "tmp"
     residue.mkdir()
     dead = subprocess.Popen(["true"])
     dead.wait()
-    (residue / f"clsbd.user.{dead.pid}").write_bytes(b"")
+    name = f"clsbd.user.{dead.pid}"
+    (residue / name).write_bytes(b"")
     monkeypatch.setattr(sweep, "TMP", str(residue))
     monkeypatch.setattr(sweep._Log, "SYSLOG", syslog.getsockname())
     monkeypatch.setenv("SLURM_JOB_ID", job)
-    monkeypatch.setenv("SLURM_JOB_UID", "1001")
+    monkeypatch.setenv("SLURM_JOB_UID", uid)
     monkeypatch.setenv("SLURM_JOB_USER", "alice")
     before = signal.getsignal(signal.SIGTERM)
     try:
-        assert sweep.part([*argv, f"--log-fd={fd}", "--release=0123456789ab"]) == 0
+        assert sweep.part([*argv, f"--log-fd={fd}"]) == 0
     finally:
         signal.signal(signal.SIGTERM, before)
-    assert os.listdir(residue) == [f"clsbd.user.{dead.pid}"]
-    assert f" warning 45-stale-x-display job={job} user=alice release=0123456789ab: {said}" in path.read_text()
+    return residue, name, path.read_text()
+
+
+@pytest.mark.parametrize("argv,said", [
+    # an option part 45 never passes: nothing is swept, the log says why, 0
+    (["--budget=5", "--json"], "sweep could not run: unknown arguments ['--json']"),
+    (["--budget", "5"], "sweep could not run: unknown arguments ['--budget', '5']"),
+    (["--budget=nope"], "sweep could not run: budget must be a number of seconds, got 'nope'"),
+], ids=["unknown-option", "not-opt=value", "bad-budget"])
+def test_the_part_entry_takes_only_its_own_options_and_never_fails(tmp_path, monkeypatch, log_sinks, argv, said):
+    """part(), what part 45 runs at every job end, parses its pillar
+    arguments itself (no argparse at a job end): anything but --opt=value
+    of its own options is refused, the refusal is logged, nothing is swept,
+    and it still returns 0 (a failing epilog drains the node)."""
+    residue, name, log = run_part(tmp_path, monkeypatch, log_sinks, [*argv, "--release=0123456789ab"], "77", "1001")
+    assert os.listdir(residue) == [name]
+    assert f" warning 45-stale-x-display job=77 user=alice release=0123456789ab: {said}" in log
 
 
 @pytest.mark.parametrize("job,uid,release,prefix", [
@@ -285,21 +295,7 @@ def test_the_part_entry_takes_only_its_own_options_and_never_fails(tmp_path, mon
 ], ids=["plain", "job-in-other-digits", "uid-in-other-digits", "uid-0", "release-not-an-id"])
 def test_the_part_entry_takes_the_job_from_slurmd_only_as_plain_numbers(tmp_path, monkeypatch, log_sinks, job, uid,
                                                                         release, prefix):
-    path, fd, syslog = log_sinks
-    residue = tmp_path / "tmp"
-    residue.mkdir()
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    (residue / f"clsbd.user.{dead.pid}").write_bytes(b"")
-    monkeypatch.setattr(sweep, "TMP", str(residue))
-    monkeypatch.setattr(sweep._Log, "SYSLOG", syslog.getsockname())
-    monkeypatch.setenv("SLURM_JOB_ID", job)
-    monkeypatch.setenv("SLURM_JOB_UID", uid)
-    monkeypatch.setenv("SLURM_JOB_USER", "alice")
-    before = signal.getsignal(signal.SIGTERM)
-    try:
-        assert sweep.part([f"--log-fd={fd}", f"--release={release}", "--pattern=slurm{jobid}*"]) == 0
-    finally:
-        signal.signal(signal.SIGTERM, before)
+    residue, name, log = run_part(tmp_path, monkeypatch, log_sinks, [f"--release={release}", "--pattern=slurm{jobid}*"],
+                                  job, uid)
     assert os.listdir(residue) == []
-    assert f" info 45-stale-x-display {prefix}: stale clsbd purged: {residue}/clsbd.user.{dead.pid}\n" in path.read_text()
+    assert f" info 45-stale-x-display {prefix}: stale clsbd purged: {residue}/{name}\n" in log
