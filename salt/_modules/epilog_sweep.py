@@ -924,7 +924,7 @@ def _digits(text):
 def part(argv=None):
     """Part 45's entry, run at every job end as
 
-        python3 -I -S -B -c '...; import epilog_sweep; sys.exit(epilog_sweep.part())' RELEASE_DIR --opt=value ...
+        python3 -I -S -B -c '...; sys.exit(__import__(...).part())' RELEASE_DIR epilog_sweep --opt=value ...
 
     so that the release's bytecode of this file (release.py writes it at the
     deploy) is used, and nothing a job end does not need is imported (no
@@ -943,9 +943,7 @@ def part(argv=None):
             options["pattern"].append(value)
         else:
             options[name] = value
-    release = options["release"]
-    if not (release and len(release) == 12 and all(c in "0123456789abcdef" for c in release)):
-        release = None
+    release = options["release"] if re.fullmatch(r"[0-9a-f]{12}", options["release"] or "") else None
     log_fd = options["log-fd"]
     log_fd = int(log_fd) if _digits(log_fd) else None
     source, user = "45-stale-x-display", os.environ.get("SLURM_JOB_USER") or None
