@@ -18,11 +18,17 @@ REPO = Path(__file__).resolve().parents[1]
 # What the formula lays down where (salt/epilog/layout.yaml): the tests take
 # names and counts from it, as the states do.
 LAYOUT = yaml.safe_load((REPO / "salt/epilog/layout.yaml").read_text())
+# under slurm_config_dir: the releases' directory, and the current release
+RELEASES = LAYOUT["releases"]["dir"]
+CURRENT = f"{RELEASES}/{LAYOUT['releases']['current']}"
 
 
 def laid_down(file_id):
     """The path under slurm_config_dir (or under a release, for release_data)
     of layout.yaml's file FILE_ID."""
+    tool = LAYOUT["releases"]["tool"]
+    if file_id == tool["id"]:
+        return f"{LAYOUT['releases']['dir']}/{tool['path']}"
     return next(f["path"] for f in LAYOUT["data"] + LAYOUT["release_data"] if f["id"] == file_id)
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 # The Salt lines the formula supports, each in a venv of its own (.ci/setup
@@ -179,10 +185,10 @@ class Chain:
 
     @property
     def release(self):
-        """The current release's directory (epilog-releases/<id>), as the
+        """The current release's directory (RELEASES/<id>), as the
         chain names it: its scripts log this path."""
-        current = os.readlink(self.view(self.conf_dir / "epilog-releases/current"))
-        return self.conf_dir / "epilog-releases" / current
+        current = os.readlink(self.view(self.conf_dir / CURRENT))
+        return self.conf_dir / RELEASES / current
 
     @property
     def release_id(self):

@@ -53,11 +53,12 @@ def __virtual__():
 
 # -- Salt ---------------------------------------------------------------------
 def _config(validate=True):
-    """(settings, rules): the node's settings, merged and validated by the
-    formula's map.jinja (defaults.yaml, osfamilymap.yaml, the pillar) with the
-    rules of rules.yaml, as the states see them. Rendered from the formula's
-    settings.jinja, so the module has no defaults, merge or rules of its own,
-    and a bad pillar fails here with the message the state gives.
+    """(settings, rules, layout): the node's settings, merged and validated by
+    the formula's map.jinja (defaults.yaml, osfamilymap.yaml, the pillar) with
+    the rules of rules.yaml, as the states see them, and layout.yaml, which
+    names what the states lay down. Rendered from the formula's
+    settings.jinja, so the module has no defaults, merge, rules or file names
+    of its own, and a bad pillar fails here with the message the state gives.
     VALIDATE=False: the same merge without the checks, for the recovery
     operations, which must work under the pillar that broke a deploy; they
     check the one setting they use themselves (_recovery_settings)."""
@@ -69,26 +70,48 @@ def _config(validate=True):
         text = str(exc)
         found = re.search(r"Jinja error: ([^\n]*)", text)
         raise CommandExecutionError(f"the epilog settings do not render: {found.group(1) if found else text}") from exc
-    if not isinstance(rendered, dict) or not isinstance(rendered.get("settings"), dict) \
-            or not isinstance(rendered.get("rules"), dict):
+    if not isinstance(rendered, dict) or not all(isinstance(rendered.get(key), dict)
+                                                 for key in ("settings", "rules", "layout")):
         raise CommandExecutionError("the epilog settings do not render: salt://epilog/settings.jinja is not "
                                     f"served to this minion, or is not the formula's (got {rendered!r:.200})")
-    return rendered["settings"], rendered["rules"]
+    return rendered["settings"], rendered["rules"], rendered["layout"]
+
+
+class _Chain:
+    """Where layout.yaml puts the chain under CONFDIR (the releases, the
+    current one, the release tool, the site's part directories) and what a
+    release holds (the runners, localusers): the module spells none of these
+    names itself."""
+
+    def __init__(self, confdir, layout):
+        releases = layout["releases"]
+        self.confdir = confdir
+        self.releases = os.path.join(confdir, releases["dir"])
+        self.current = os.path.join(self.releases, releases["current"])
+        self.tool = os.path.join(self.releases, releases["tool"]["path"])
+        self.tool_source = f"salt://epilog/files/{releases['tool']['source']}"
+        self.localusers = next(f["path"] for f in layout["release_data"] if f["id"] == "localusers-backup")
+        scripts = {script["id"]: script["path"] for script in layout["scripts"]}
+        # stage: the runner's path in a release, which is also its entry's name
+        self.runners = {stage: scripts[f"runner-{stage}"] for stage in ("epilog", "prolog")}
+        self.site_dirs = list(layout["directories"])
 
 
 def _settings():
-    return _config()[0]
+    """(settings, chain): the validated settings and where their chain is."""
+    settings, _, layout = _config()
+    return settings, _Chain(settings["slurm_config_dir"], layout)
 
 
 def _recovery_settings():
-    """The settings for rollback and checkpoint: merged whatever else the
+    """_settings for rollback and checkpoint: merged whatever else the
     pillar gets wrong, with slurm_config_dir held to the path rule."""
-    settings, rules = _config(validate=False)
+    settings, rules, layout = _config(validate=False)
     confdir = settings.get("slurm_config_dir")
     if not isinstance(confdir, str) or not re.match(rules["path"], confdir) or re.search(rules["path_dots"], confdir):
         raise CommandExecutionError(f"epilog:slurm_config_dir ({confdir!r}) must be an absolute path of letters, "
                                     "digits and . _ + @ - without . or .. components")
-    return settings
+    return settings, _Chain(confdir, layout)
 
 
 def sweep(test=None, job=None, user=None, budget=None):
@@ -127,7 +150,7 @@ def sweep(test=None, job=None, user=None, budget=None):
     """
     if test is None:
         test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
-    settings = _settings()
+    settings, _ = _settings()
     uid = None
     if user is not None:
         import pwd  # pylint: disable=import-outside-toplevel
@@ -359,16 +382,16 @@ def _slurm_conf_epilog(settings):
     return path, found, problems, how
 
 
-def _roots_chain(directory, rules):
+def _roots_chain(directory, rules, releases):
     """Whether DIRECTORY holds a chain this formula laid down: a name the
     pillar's path rule allows, outside any release, only root can write it
     and its ancestors (so no other account can pass a directory of its own,
-    or swap one in, for a chain), and root's own epilog-releases directory
-    in it (never followed)."""
-    if not re.match(rules["path"], directory) or "epilog-releases" in directory.split("/"):
+    or swap one in, for a chain), and root's own RELEASES directory in it
+    (never followed)."""
+    if not re.match(rules["path"], directory) or releases in directory.split("/"):
         return False
     try:
-        st = os.lstat(os.path.join(directory, "epilog-releases"))
+        st = os.lstat(os.path.join(directory, releases))
     except OSError:
         return False
     return stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022 and _root_only(directory)
@@ -399,7 +422,7 @@ def chain_wired(slurm_config_dir=None):
         salt-call epilog.chain_wired slurm_config_dir=/etc/slurm-old
     """
     import glob  # pylint: disable=import-outside-toplevel
-    settings, rules = _config()
+    settings, rules, layout = _config()
     confdir = os.path.normpath(slurm_config_dir or settings["slurm_config_dir"])
     mine = {confdir, os.path.realpath(confdir)}
     report = {"known": True, "wired": [], "unknown": [], "read": [], "elsewhere": [], "old_dirs": []}
@@ -436,14 +459,14 @@ def chain_wired(slurm_config_dir=None):
                 # slurm_config_dir before a rename): it no longer gets the
                 # pillar's updates, yet slurmd runs it
                 if (trusted and not glob.has_magic(value) and os.path.basename(target) == f"{key}.sh"
-                        and _roots_chain(where, rules)):
+                        and _roots_chain(where, rules, layout["releases"]["dir"])):
                     report["elsewhere"].append({"conf": path, "key": key.capitalize(), "value": value, "dir": where})
                     if where not in report["old_dirs"]:
                         report["old_dirs"].append(where)
     return report
 
 
-def _chain_time_problems(settings, conf_found):
+def _chain_time_problems(settings, chain, conf_found):
     """The chain's worst case against its own deadline, and that deadline
     against Slurm's: a part gets part_timeout plus 2 s to die, the squeue
     fallback squeue_timeout plus 1, the wait for the user's lock 10 s, and
@@ -452,27 +475,26 @@ def _chain_time_problems(settings, conf_found):
     epilog that outlives EpilogTimeout (PrologEpilogTimeout before Slurm
     25.05) and drains the node."""
     problems = []
-    chain = int(settings["chain_timeout"])
+    deadline = int(settings["chain_timeout"])
     parts = set()
     # the release's own parts and the site's: the runner runs both
-    for parts_dir in (os.path.join(settings["slurm_config_dir"], "epilog-releases", "current", "epilog.d"),
-                      os.path.join(settings["slurm_config_dir"], "epilog.d")):
+    for parts_dir in (os.path.join(chain.current, "epilog.d"), os.path.join(chain.confdir, "epilog.d")):
         try:
             parts.update(name for name in os.listdir(parts_dir) if re.fullmatch(r"[0-9]{2}-[A-Za-z0-9_-]+", name)
                          and os.access(os.path.join(parts_dir, name), os.X_OK))
         except OSError:
             pass
     worst = len(parts) * (int(settings["part_timeout"]) + 2) + 10 + int(settings["squeue_timeout"]) + 1 + 5
-    if worst > chain:
+    if worst > deadline:
         problems.append(f"the epilog chain's worst case is {worst} s ({len(parts)} parts x (part_timeout "
                         f"{settings['part_timeout']} + 2) + 10 for the user's lock + squeue_timeout "
                         f"{settings['squeue_timeout']} + 1 + 5), "
-                        f"above epilog:chain_timeout {chain}: the last parts would be cut off")
+                        f"above epilog:chain_timeout {deadline}: the last parts would be cut off")
     for key in ("epilogtimeout", "prologepilogtimeout"):
         value = conf_found.get(key, "").strip()
         if value.isdigit():
-            if chain >= int(value):
-                problems.append(f"epilog:chain_timeout ({chain} s) is not below slurm.conf's {key} ({value} s): "
+            if deadline >= int(value):
+                problems.append(f"epilog:chain_timeout ({deadline} s) is not below slurm.conf's {key} ({value} s): "
                                 "slurmd would kill a slow epilog and drain the node")
             break
     return problems
@@ -512,14 +534,13 @@ def verify(expect=None):
         salt 'slurm-work-*' epilog.verify expect=0123456789ab
     """
     problems, notes = [], []
-    settings = _settings()
+    settings, chain = _settings()
     try:
-        status = _release_tool(settings, "status")
+        status = _release_tool(chain, "status")
     except CommandExecutionError as exc:
         status = {"problems": [str(exc)]}
     if status is None:
-        status = {"problems": [f"{settings['slurm_config_dir']}/epilog-releases/release.py is missing: the chain "
-                               "is not laid down"]}
+        status = {"problems": [f"{chain.tool} is missing: the chain is not laid down"]}
     problems.extend(status.get("problems", []))
     release, manifest, content = status.get("release"), status.get("manifest") or {}, status.get("content")
     # The CLI reads an all-digit id as a number (YAML): compare it as one.
@@ -584,8 +605,8 @@ def verify(expect=None):
         problems.append(f"{settings['slurm_config_dir']} (epilog:slurm_config_dir) or one of its ancestors is a "
                         "symlink, not root's, or writable by another account (and not sticky): that account can "
                         "replace the chain root runs")
-    for stage in ("epilog.d", "prolog.d"):
-        site_dir = os.path.join(settings["slurm_config_dir"], stage)
+    for stage in chain.site_dirs:
+        site_dir = os.path.join(chain.confdir, stage)
         try:
             names = sorted(os.listdir(site_dir))
         except OSError:
@@ -606,7 +627,7 @@ def verify(expect=None):
                                 f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}): that account "
                                 "runs code as root; the runner skips it")
 
-    backup = os.path.join(settings["slurm_config_dir"], "localusers.backup")
+    backup = os.path.join(chain.confdir, chain.localusers)
     try:
         with open(backup, encoding="utf-8", errors="strict") as handle:
             listed = handle.read().splitlines()
@@ -646,8 +667,8 @@ def verify(expect=None):
                         f"remove the old one: state.apply epilog.clean "
                         f"pillar='{{\"epilog_clean\": {{\"slurm_config_dir\": \"{item['dir']}\"}}}}'")
     conf, found, conf_problems, how = _slurm_conf_epilog(settings)
-    problems.extend(_chain_time_problems(settings, conf_found=found))
-    epilog_sh = os.path.join(settings["slurm_config_dir"], "epilog.sh")
+    problems.extend(_chain_time_problems(settings, chain, conf_found=found))
+    epilog_sh = os.path.join(chain.confdir, chain.runners["epilog"])
     problems.extend(conf_problems)
     if conf is None:
         problems.append("no slurm.conf found here ($SLURM_CONF, slurm_config_dir, /etc/slurm, slurmd's, the "
@@ -669,7 +690,7 @@ def verify(expect=None):
     elif os.path.normpath(found["epilog"]) != os.path.normpath(epilog_sh):
         problems.append(f"{conf} has Epilog={found['epilog']}, not the laid-down {epilog_sh}")
     if conf is not None:
-        prolog_sh = os.path.join(settings["slurm_config_dir"], "prolog.sh")
+        prolog_sh = os.path.join(chain.confdir, chain.runners["prolog"])
         if os.path.normpath(found.get("prolog", "")) != os.path.normpath(prolog_sh):
             problems.append(f"{conf} has Prolog={found.get('prolog', '')}, not the laid-down {prolog_sh}")
         flags = {flag.lower() for flag in found.get("prologflags", "").split(",")}
@@ -693,14 +714,13 @@ def _readlink(path):
         return None
 
 
-def _release_tool(settings, *args, tool=None):
-    """Run the node's release.py (what the state laid down; or TOOL) with
+def _release_tool(chain, *args, tool=None):
+    """Run CHAIN's release tool (what the state laid down; or TOOL) with
     ARGS; its JSON report, or None when the node has no releases."""
-    confdir = settings["slurm_config_dir"]
-    tool = tool or os.path.join(confdir, "epilog-releases", "release.py")
+    tool = tool or chain.tool
     if not os.path.isfile(tool):
         return None
-    proc = subprocess.run(["/usr/bin/python3", "-I", "-B", tool, "--root", confdir, *args],
+    proc = subprocess.run(["/usr/bin/python3", "-I", "-B", tool, "--root", chain.confdir, *args],
                           capture_output=True, text=True, check=False)
     try:
         return json.loads(proc.stdout)
@@ -709,21 +729,21 @@ def _release_tool(settings, *args, tool=None):
                                     f"{(proc.stderr or proc.stdout).strip()[-500:]}") from exc
 
 
-def _release_tool_knowing(settings, *args):
-    """_release_tool, and when the node's release.py predates ARGS (the
+def _release_tool_knowing(chain, *args):
+    """_release_tool, and when the node's release tool predates ARGS (the
     first rollout of the version that brought checkpoints: the apply it
-    guards updates the tool), the formula's release.py, fetched from the
-    master into root's cache, on the same releases."""
+    guards updates the tool), the formula's, fetched from the master into
+    root's cache, on the same releases."""
     try:
-        return _release_tool(settings, *args)
+        return _release_tool(chain, *args)
     except CommandExecutionError as exc:
         if "invalid choice" not in str(exc) and "unrecognized arguments" not in str(exc):
             raise
-        tool = __salt__["cp.cache_file"]("salt://epilog/files/release.py",  # noqa: F821 - a Salt dunder
+        tool = __salt__["cp.cache_file"](chain.tool_source,  # noqa: F821 - a Salt dunder
                                          saltenv=__opts__.get("saltenv") or "base")  # noqa: F821
         if not tool:
             raise
-        return _release_tool(settings, *args, tool=tool)
+        return _release_tool(chain, *args, tool=tool)
 
 
 def rollback(test=None, checkpoint=None):
@@ -766,16 +786,16 @@ def rollback(test=None, checkpoint=None):
     """
     if test is None:
         test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
-    settings = _recovery_settings()
+    _, chain = _recovery_settings()
     args = ["--test"] if test else []
     if checkpoint is not None:
         if not isinstance(checkpoint, str):
             raise CommandExecutionError(f"checkpoint name {checkpoint!r} is not a string; start it with a letter")
         args.append(f"--to-checkpoint={checkpoint}")
-    report = _release_tool_knowing(settings, "rollback", *args)
+    report = _release_tool_knowing(chain, "rollback", *args)
     if report is None:
         return {"result": False, "test": bool(test), "switched": False, "release": None, "to": None,
-                "comment": f"no releases under {settings['slurm_config_dir']}/epilog-releases: nothing to roll back"}
+                "comment": f"no releases under {chain.releases}: nothing to roll back"}
     return report
 
 
@@ -808,12 +828,12 @@ def checkpoint(name, test=None):
     if not isinstance(name, str):
         # the CLI reads 0123 as 123, 12:30 as 750, null as None: quote it
         raise CommandExecutionError(f"checkpoint name {name!r} is not a string; start it with a letter")
-    settings = _recovery_settings()
+    _, chain = _recovery_settings()
     args = ["checkpoint", *(["--test"] if test else []), "--", name]
-    report = _release_tool_knowing(settings, *args)
+    report = _release_tool_knowing(chain, *args)
     if report is None:
         return {"result": True, "test": bool(test), "checkpoint": str(name), "release": None, "recorded": False,
-                "comment": f"no releases under {settings['slurm_config_dir']}/epilog-releases yet: nothing to "
+                "comment": f"no releases under {chain.releases} yet: nothing to "
                            "record (a rollback to this checkpoint has nothing to go back to)"}
     return report
 
@@ -873,14 +893,14 @@ def explain(user, job=None):
                                     "name such as no, on or 123 twice, as in user='\"no\"'")
     if "\0" in user:
         raise CommandExecutionError(f"user must be an account name, got {user!r}: a NUL byte is in none")
-    settings = _settings()
+    settings, chain = _settings()
     if job is not None and not re.fullmatch(r"[1-9][0-9]{0,9}", str(job)):
         raise CommandExecutionError(f"job must be a numeric Slurm job id, got {job!r}")
-    releases = os.path.join(settings["slurm_config_dir"], "epilog-releases")
-    current = _readlink(os.path.join(releases, "current"))
+    releases = chain.releases
+    current = _readlink(chain.current)
     if not current or not re.fullmatch(r"[0-9a-f]{12}", current):
         raise CommandExecutionError(f"no current release under {releases}: state.apply epilog first")
-    runner = os.path.join(releases, current, "epilog.sh")
+    runner = os.path.join(releases, current, chain.runners["epilog"])
     if not _root_file(runner) or not _root_only(os.path.dirname(runner)):
         raise CommandExecutionError(f"{runner} is not a file only root can write in a directory only root can "
                                     "write: not run (epilog.verify says more)")
@@ -933,7 +953,7 @@ def explain(user, job=None):
         raise CommandExecutionError(f"{runner} --explain did not finish (rc={ret.returncode}): "
                                     f"{ret.stdout.decode('utf-8', 'replace')[-500:]!r}")
     other = {"answer": "unknown", "why": ""}
-    localusers = {"answer": None, "file": os.path.join(releases, current, "localusers.backup"), "why": ""}
+    localusers = {"answer": None, "file": os.path.join(releases, current, chain.localusers), "why": ""}
     system, parts, guard_says = False, {}, None
     acts = {name: text.format(user=user, uid=uid, allow=settings["ssh_allow_file"]) for name, text in _ACTS.items()}
     for _, text in lines:

@@ -14,8 +14,9 @@
 {%- set confdir = salt['pillar.get']('epilog_clean:slurm_config_dir', epilog.slurm_config_dir) %}
 {%- if confdir is not string or not confdir | regex_match(path_pattern) or confdir | regex_search(dots_pattern) %}
 {{-   raise('epilog_clean:slurm_config_dir (%r) must be an absolute path of letters, digits and . _ + @ - without . or .. components' | format(confdir)) }}
-{%- elif 'epilog-releases' in confdir.split('/') %}
-{{-   raise('epilog_clean:slurm_config_dir (%r) is inside a chain\'s epilog-releases: give the directory that holds epilog-releases' | format(confdir)) }}
+{%- elif layout.releases.dir in confdir.split('/') %}
+{{-   raise('epilog_clean:slurm_config_dir (%r) is inside a chain\'s %s: give the directory that holds %s'
+              | format(confdir, layout.releases.dir, layout.releases.dir)) }}
 {%- endif %}
 {%- set confdir = confdir.rstrip('/') or '/' %}
 
@@ -42,7 +43,7 @@ epilog-clean-slurm-conf-no-longer-wired-test:
 {%- for name in layout.entries | reverse %}
 {%-   do removed.append({'id': 'entry-' ~ name | replace('.', '-'), 'path': name}) %}
 {%- endfor %}
-{%- do removed.append({'id': 'releases', 'path': 'epilog-releases'}) %}
+{%- do removed.append({'id': 'releases', 'path': layout.releases.dir}) %}
 {%- for file in (layout.data | reverse | list) + layout.retired %}
 {%-   do removed.append(file) %}
 {%- endfor %}
@@ -59,7 +60,7 @@ epilog-clean-{{ file.id }}-file-absent:
       - test: epilog-clean-slurm-conf-no-longer-wired-test
 {%- endfor %}
 
-{%- for sub in layout.directories | reverse if sub != 'epilog-releases' %}
+{%- for sub in layout.directories | reverse %}
 {%-   set dir = confdir ~ '/' ~ sub %}
 
 epilog-clean-{{ sub | replace('.', '-') }}-empty-directory-absent:

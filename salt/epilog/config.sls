@@ -30,7 +30,7 @@
 {%-   endfor %}
 {%- endfor %}
 
-{%- for sub in layout.directories %}
+{%- for sub in layout.directories + [layout.releases.dir] %}
 
 epilog-config-{{ sub | replace('.', '-') }}-file-directory:
   file.directory:

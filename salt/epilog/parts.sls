@@ -32,10 +32,10 @@
 {%-   do inputs.append(path ~ ' ' ~ (salt['cp.hash_file']('salt://' ~ path, saltenv=saltenv) or {}).get('hsum', 'missing')) %}
 {%- endfor %}
 {%- set release = salt['hashutil.sha256_digest'](inputs | join('\n'))[:12] %}
-{%- set releases = confdir ~ '/epilog-releases' %}
+{%- set releases = confdir ~ '/' ~ layout.releases.dir %}
+{%- set releases_state = 'epilog-config-' ~ layout.releases.dir | replace('.', '-') ~ '-file-directory' %}
 {%- set reldir = releases ~ '/' ~ release %}
-{%- set release_tool_entry = layout.data | selectattr('id', 'equalto', 'release-tool') | first %}
-{%- set release_tool = confdir ~ '/' ~ release_tool_entry.path %}
+{%- set release_tool = releases ~ '/' ~ layout.releases.tool.path %}
 {%- set tool = '/usr/bin/python3 -I -B ' ~ (release_tool | quote) ~ ' --root ' ~ (confdir | quote) %}
 {%- set entries = [] %}
 {%- for name in layout.entries %}{% do entries.append('--entry ' ~ name) %}{% endfor %}
@@ -61,7 +61,7 @@ epilog-parts-tools-pkg-installed:
 epilog-release-tool-file-managed:
   file.managed:
     - name: {{ release_tool | json }}
-    - source: salt://{{ tplroot }}/files/{{ release_tool_entry.source }}
+    - source: salt://{{ tplroot }}/files/{{ layout.releases.tool.source }}
     - user: root
     - group: root
     - mode: '0755'
@@ -69,7 +69,7 @@ epilog-release-tool-file-managed:
     - check_cmd: /usr/bin/python3 -I -B -c "import sys; compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')"
     - require:
       - pkg: epilog-parts-tools-pkg-installed
-      - file: epilog-config-epilog-releases-file-directory
+      - file: {{ releases_state }}
 
 epilog-release-file-directory:
   file.directory:
@@ -78,7 +78,7 @@ epilog-release-file-directory:
     - group: root
     - mode: '0755'
     - require:
-      - file: epilog-config-epilog-releases-file-directory
+      - file: {{ releases_state }}
 {%- for sub in layout.release_directories %}
 
 epilog-release-{{ sub | replace('.', '-') }}-file-directory:

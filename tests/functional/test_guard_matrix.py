@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from tests.helpers import end, killed, owned_file, require_tools, slurmd_env, still_running, stray
+from tests.helpers import CURRENT, RELEASES, end, killed, owned_file, require_tools, slurmd_env, still_running, stray
 
 PARTS = ["39-lastuserjob-ssh", "40-lastuserjob-processes", "42-lastuserjob-cleanup"]
 OTHERS = ["bob", "alicex", "alice-admin", "alice.b", "-v-other"]
@@ -71,8 +71,8 @@ def test_listed_user_default_path_is_spared_by_every_part(default_chain):
     # the parts read the list of their own release, under slurm_config_dir;
     # /etc/slurm/localusers.backup is the symlink to the current one
     listed = default_chain.localusers
-    assert str(default_chain.release).startswith("/etc/slurm/epilog-releases/")
-    assert os.readlink(default_chain.view("/etc/slurm/localusers.backup")) == "epilog-releases/current/localusers.backup"
+    assert str(default_chain.release).startswith(f"/etc/slurm/{RELEASES}/")
+    assert os.readlink(default_chain.view("/etc/slurm/localusers.backup")) == f"{CURRENT}/localusers.backup"
     run_row(default_chain, "je.kim", "spare", log_has=[f"listed in {default_chain.release}/localusers.backup"])
     assert listed.read_text() == default_chain.view("/etc/slurm/localusers.backup").read_text()
 

@@ -15,7 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, end, epilog_pillar, killed, laid_down, live_spool, local_minion, slurmd_env, still_running, stray
+from tests.helpers import (
+    CURRENT,
+    RELEASES,
+    REPO,
+    end,
+    epilog_pillar,
+    killed,
+    laid_down,
+    live_spool,
+    local_minion,
+    slurmd_env,
+    still_running,
+    stray,
+)
 
 _ids = itertools.count()
 
@@ -53,7 +66,7 @@ class Node:
 
     @property
     def release(self):
-        return self.conf_dir / "epilog-releases" / os.readlink(self.conf_dir / "epilog-releases/current")
+        return self.conf_dir / RELEASES / os.readlink(self.conf_dir / CURRENT)
 
     def snapshot(self):
         return {p: (p.read_bytes(), p.stat().st_mode, p.stat().st_mtime_ns)
@@ -277,7 +290,7 @@ def test_rollback_never_crosses_a_clean_or_the_minion_cache(node):
     assert node.run("rollback", "test=True")["to"] == first
     (node.conf_dir / "slurm.conf").write_text("ClusterName=x\n")
     node.apply("epilog.clean")
-    assert not (node.conf_dir / "epilog-releases").exists()
+    assert not (node.conf_dir / RELEASES).exists()
     node.set_pillar(part_timeout=30)
     node.apply()
     report = node.run("rollback", "test=True")
@@ -336,7 +349,7 @@ def test_rollback_to_a_checkpoint_returns_to_exactly_that_release(node):
         assert ret.returncode != 0 and "is not a string" in ret.stdout + ret.stderr, (bad, ret)
         ret = node.call("epilog.rollback", f"checkpoint={bad}")
         assert ret.returncode != 0 and "is not a string" in ret.stdout + ret.stderr, (bad, ret)
-    lines = (node.conf_dir / "epilog-releases/checkpoints").read_text().splitlines()
+    lines = (node.conf_dir / f"{RELEASES}/checkpoints").read_text().splitlines()
     assert [line.split()[1:] for line in lines] == [["rollout-1", first], ["rollout-2", first]], lines
 
 
@@ -416,16 +429,16 @@ def test_a_renamed_slurm_config_dir_is_reported_until_the_old_chain_is_unwired_a
     (old / "slurm.conf").unlink()
     cleaned = node.call("state.apply", "epilog.clean", pillar=clean_old)
     assert cleaned.returncode == 0, cleaned
-    assert not (old / "epilog.sh").exists() and not (old / "epilog-releases").exists()
-    assert (new / "epilog-releases/current/epilog.sh").is_file(), "cleaning the old chain touched the new one"
+    assert not (old / "epilog.sh").exists() and not (old / RELEASES).exists()
+    assert (new / f"{CURRENT}/epilog.sh").is_file(), "cleaning the old chain touched the new one"
     ret = node.apply()
     assert "warnings" not in ret.states["epilog-slurm-conf-old-chain-test"], ret.states
     report = node.run("verify")
     assert report["result"] is True, report["problems"]
-    for bad in ("relative/dir", f"{old}/../slurm", "/etc/slurm;rm", ["/etc/slurm"], f"{new}/epilog-releases"):
+    for bad in ("relative/dir", f"{old}/../slurm", "/etc/slurm;rm", ["/etc/slurm"], f"{new}/{RELEASES}"):
         ret = node.call("state.apply", "epilog.clean", pillar={"epilog_clean": {"slurm_config_dir": bad}})
         assert ret.returncode != 0 and "epilog_clean:slurm_config_dir" in ret.stdout + ret.stderr, (bad, ret)
-    assert (new / "epilog-releases/current/epilog.sh").is_file()
+    assert (new / f"{CURRENT}/epilog.sh").is_file()
 
 
 def test_a_slurm_conf_another_account_writes_never_points_at_an_old_chain(node):
@@ -448,12 +461,12 @@ def test_a_slurm_conf_another_account_writes_never_points_at_an_old_chain(node):
     hostile = cache / "slurm.conf"
     hostile.write_bytes(
         f"Epilog=/nonexist*/../{str(node.conf_dir).lstrip('/')}/epilog.sh\n"
-        f"Prolog={node.conf_dir}/epilog-releases/{previous}/prolog.sh\n".encode()
+        f"Prolog={node.conf_dir}/{RELEASES}/{previous}/prolog.sh\n".encode()
         + b"Epilog=/x\x00y\nEpilog=/var/tmp/\x7f/epilog.sh\n")
     os.chown(hostile, slurm.pw_uid, slurm.pw_gid)
     # a real old chain, root's: named from slurm's file it is not one...
     old = node.base / "slurm-old"
-    (old / "epilog-releases").mkdir(parents=True)
+    (old / RELEASES).mkdir(parents=True)
     with hostile.open("a") as handle:
         handle.write(f"Prolog={old}/prolog.sh\n")
     assert node.run("chain_wired")["elsewhere"] == []

@@ -4,6 +4,7 @@ parser's table of the forms Slurm accepts is in tests/unit."""
 import pytest
 
 from tests.functional.test_operations import node  # noqa: F401 - the fixture
+from tests.helpers import RELEASES
 
 
 @pytest.mark.parametrize("text", [
@@ -28,7 +29,7 @@ def test_clean_refuses_while_any_form_names_the_chain(node, text):  # noqa: F811
     (node.conf_dir / "extra.conf").write_text(f"Epilog={node.conf_dir}/epilog.sh\n")
     refused = node.call("state.apply", "epilog.clean")
     assert refused.returncode != 0 and "refusing to remove the chain" in refused.stdout, refused
-    assert (node.conf_dir / "epilog.sh").is_symlink() and (node.conf_dir / "epilog-releases").is_dir()
+    assert (node.conf_dir / "epilog.sh").is_symlink() and (node.conf_dir / RELEASES).is_dir()
 
 
 def test_clean_refuses_when_it_cannot_tell(node):  # noqa: F811 - the fixture

@@ -8,14 +8,15 @@ import subprocess
 
 import pytest
 
-from tests.helpers import LAYOUT, REPO, SALT_BINS, Chain, SaltCall, laid_down, require_tools
+from tests.helpers import CURRENT, LAYOUT, RELEASES, REPO, SALT_BINS, Chain, SaltCall, laid_down, require_tools
 
 SCRIPTS = [script["path"] for script in LAYOUT["scripts"]]
 RELEASE_FILES = SCRIPTS + [data["path"] for data in LAYOUT["release_data"]]
-# the directories, the log directory, the data files, the release's directory
-# and subdirectories, its files, the switch, the module sync, the check for
-# an old chain, the retired files' removal and the packages
-STATE_COUNT = (len(LAYOUT["directories"]) + 1 + len(LAYOUT["data"]) + 1 + len(LAYOUT["release_directories"])
+# the directories and the releases' directory, the log directory, the data
+# files and the release tool, the release's directory and subdirectories, its
+# files, the switch, the module sync, the check for an old chain, the retired
+# files' removal and the packages
+STATE_COUNT = (len(LAYOUT["directories"]) + 1 + 1 + len(LAYOUT["data"]) + 1 + 1 + len(LAYOUT["release_directories"])
                + len(RELEASE_FILES) + 1 + 1 + 1 + len(LAYOUT["retired"]) + 1)
 # the module sync changes only when the minion's synced copy is older
 SYNC = "epilog-module-saltutil-sync_modules"
@@ -43,7 +44,7 @@ def test_preview_lays_down_nothing_and_predicts_what_apply_changes(salt_call, tm
     for path in RELEASE_FILES:
         assert (c.release / path).is_file()
     for name in LAYOUT["entries"]:
-        assert os.readlink(c.conf_dir / name) == f"epilog-releases/current/{name}"
+        assert os.readlink(c.conf_dir / name) == f"{CURRENT}/{name}"
 
 
 def test_second_apply_changes_nothing(salt_call, tmp_path):
@@ -67,7 +68,7 @@ def test_changed_pillar_is_a_new_release_and_the_old_one_stays_whole(salt_call, 
     assert c.release != old
     assert c.localusers.read_text() == "root\nje.kim\n"
     assert {p: (old / p).read_bytes() for p in RELEASE_FILES} == old_files
-    assert os.readlink(c.conf_dir / "epilog-releases/previous") == old.name
+    assert os.readlink(c.conf_dir / f"{RELEASES}/previous") == old.name
 
 
 def test_release_id_is_the_render_not_the_time(salt_call, tmp_path):
@@ -135,7 +136,7 @@ def test_scripts_are_root_owned_0755_and_not_writable_by_slurm(salt_call, tmp_pa
     slurm = subprocess.run(["id", "-u", "slurm"], capture_output=True, text=True)
     assert slurm.returncode == 0, "the slurm account (from the slurm packages) is missing"
     release = c.release
-    dirs = [c.conf_dir / "epilog.d", c.conf_dir / "prolog.d", c.conf_dir / "epilog-releases", release,
+    dirs = [c.conf_dir / "epilog.d", c.conf_dir / "prolog.d", c.conf_dir / RELEASES, release,
             release / "epilog.d", release / "prolog.d", release / "__pycache__"]
     for path in [release / s for s in SCRIPTS] + [c.conf_dir / laid_down("release-tool")] + dirs:
         st = path.stat()
@@ -304,12 +305,12 @@ def test_upgrade_from_the_in_place_layout_keeps_site_parts_and_no_old_copy(salt_
     ret = salt_call("state.apply", "epilog", pillar=c.pillar())
     assert ret.returncode == 0, ret
     for name in LAYOUT["entries"]:
-        assert os.readlink(c.conf_dir / name) == f"epilog-releases/current/{name}"
+        assert os.readlink(c.conf_dir / name) == f"{CURRENT}/{name}"
     # the old copies stay while a job end of the old chain may still run
     # them (the new runner never runs a site part named as its own) ...
     assert (c.conf_dir / "epilog.d/40-lastuserjob-processes").is_file()
     # ... and go at the first apply once the switch is older than that
-    history = c.conf_dir / "epilog-releases/history"
+    history = c.conf_dir / f"{RELEASES}/history"
     os.utime(history, (history.stat().st_atime - 600, history.stat().st_mtime - 600))
     ret = salt_call("state.apply", "epilog", pillar=c.pillar())
     assert ret.returncode == 0, ret

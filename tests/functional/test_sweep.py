@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests import sweep_scenarios as sc
-from tests.helpers import REPO, local_minion, require_root
+from tests.helpers import RELEASES, REPO, local_minion, require_root
 
 
 def sweep(sweeper, site, *args):
@@ -97,7 +97,7 @@ def test_the_module_has_no_settings_of_its_own(salt_factories, salt_line, tmp_pa
         assert "epilog:localusers[1] ('a:b') holds a character other than" in ret.stdout + ret.stderr, (function, ret)
     # ... but not the recovery operations: a rollback works under the pillar that broke a deploy
     ret = minion("epilog.rollback")
-    assert f"no releases under {tmp_path / 'no-chain'}/epilog-releases" in ret.data["comment"], ret
+    assert f"no releases under {tmp_path / 'no-chain'}/{RELEASES}" in ret.data["comment"], ret
     (tmp_path / "epilog.sls").write_text(yaml.safe_dump({"epilog": {"slurm_config_dir": str(tmp_path / "no-chain")}}))
     ret = minion("epilog.rollback")
-    assert f"no releases under {tmp_path / 'no-chain'}/epilog-releases" in ret.data["comment"], ret
+    assert f"no releases under {tmp_path / 'no-chain'}/{RELEASES}" in ret.data["comment"], ret

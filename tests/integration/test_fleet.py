@@ -16,7 +16,7 @@ from pathlib import Path
 import attr
 import pytest
 
-from tests.helpers import REPO, SALT_BINS, epilog_pillar, live_spool, require_root
+from tests.helpers import CURRENT, RELEASES, REPO, SALT_BINS, epilog_pillar, live_spool, require_root
 
 MINIONS = ["slurm-work-01", "slurm-work-02", "slurm-work-03"]
 SALT_VERSIONS = {"3008": "3008.4", "3006": "3006.29"}
@@ -37,7 +37,7 @@ class Fleet:
         (self.base / "pillar" / f"{minion.replace('-', '_')}.sls").write_text(json.dumps(pillar))
 
     def current(self, minion):
-        return os.readlink(self.conf_dir(minion) / "epilog-releases/current")
+        return os.readlink(self.conf_dir(minion) / CURRENT)
 
     def rollout(self, *args, **settings):
         """salt-run state.orchestrate epilog.rollout with
@@ -128,8 +128,8 @@ def test_2_batched_apply_lays_down_every_node(fleet):
     ret = fleet.run("-b", "1", "state.apply", "epilog", timed="first apply, -b 1, three minions")
     assert ret.returncode == 0, ret
     for minion in MINIONS:
-        assert (fleet.conf_dir(minion) / "epilog-releases/current/epilog.d/39-lastuserjob-ssh").is_file(), minion
-        assert ((fleet.conf_dir(minion) / "epilog-releases/current/epilog_sweep.py").read_bytes()
+        assert (fleet.conf_dir(minion) / f"{CURRENT}/epilog.d/39-lastuserjob-ssh").is_file(), minion
+        assert ((fleet.conf_dir(minion) / f"{CURRENT}/epilog_sweep.py").read_bytes()
                 == (REPO / "_modules/epilog_sweep.py").read_bytes())
 
 
@@ -146,7 +146,7 @@ def test_3_second_apply_changes_nothing(fleet):
 
 def test_4_pillar_change_for_one_node_lands_there_only_as_a_new_release(fleet):
     before = {m: (fleet.conf_dir(m) / "localusers.backup").read_text() for m in MINIONS}
-    releases = {m: os.readlink(fleet.conf_dir(m) / "epilog-releases/current") for m in MINIONS}
+    releases = {m: os.readlink(fleet.conf_dir(m) / CURRENT) for m in MINIONS}
     fleet.write_pillar("slurm-work-02", localusers=("root", "je.kim", "s.shin"))
     assert fleet.run("saltutil.refresh_pillar", "wait=True").returncode == 0
     ret = fleet.run("state.apply", "epilog")
@@ -156,9 +156,9 @@ def test_4_pillar_change_for_one_node_lands_there_only_as_a_new_release(fleet):
     assert (fleet.conf_dir("slurm-work-02") / "localusers.backup").read_text() == "root\nje.kim\ns.shin\n"
     for minion in ("slurm-work-01", "slurm-work-03"):
         assert (fleet.conf_dir(minion) / "localusers.backup").read_text() == before[minion]
-        assert os.readlink(fleet.conf_dir(minion) / "epilog-releases/current") == releases[minion]
+        assert os.readlink(fleet.conf_dir(minion) / CURRENT) == releases[minion]
     # the old release stays whole beside the new one: what a rollback returns to
-    node = fleet.conf_dir("slurm-work-02") / "epilog-releases"
+    node = fleet.conf_dir("slurm-work-02") / RELEASES
     assert os.readlink(node / "previous") == releases["slurm-work-02"] != os.readlink(node / "current")
     assert (node / releases["slurm-work-02"] / "localusers.backup").read_text() == before["slurm-work-02"]
 
@@ -179,7 +179,7 @@ def test_5_sweep_and_verify_answer_from_every_node(fleet):
     assert sorted(ret.data) == MINIONS, ret
     for minion in MINIONS:
         assert ret.data[minion]["result"] is True, (minion, ret.data[minion]["problems"])
-        assert ret.data[minion]["release"] == os.readlink(fleet.conf_dir(minion) / "epilog-releases/current")
+        assert ret.data[minion]["release"] == os.readlink(fleet.conf_dir(minion) / CURRENT)
 
 
 def wire(fleet, minion, extra=""):
@@ -203,7 +203,7 @@ def test_6_rollout_preview_plans_the_batches_and_changes_nothing(fleet):
     assert not any(sid.endswith("-rollback") for sid in states), sorted(states)
     assert {m: fleet.current(m) for m in MINIONS} == before
     for minion in MINIONS:
-        assert not (fleet.conf_dir(minion) / "epilog-releases/checkpoints").exists()
+        assert not (fleet.conf_dir(minion) / f"{RELEASES}/checkpoints").exists()
     for bad, entry in (({"batch": 0}, "epilog_rollout:batch"), ({"batch": "150%"}, "epilog_rollout:batch"),
                        ({"canary": "slurm-work-99"}, "epilog_rollout:canary"), ({"name": "-v"}, "epilog_rollout:name"),
                        ({"target": "nobody-*"}, "epilog_rollout:target"), ({"tgt_type": "x"}, "epilog_rollout:tgt_type"),
@@ -232,7 +232,7 @@ def test_7_a_broken_pillar_stops_the_rollout_and_later_nodes_keep_their_release(
         assert states[f"epilog-rollout-2-{step}"]["result"] is False, states[f"epilog-rollout-2-{step}"]
         assert not states[f"epilog-rollout-2-{step}"].get("changes"), states[f"epilog-rollout-2-{step}"]
     assert fleet.current("slurm-work-03") == before["slurm-work-03"]
-    checkpoints = fleet.conf_dir("slurm-work-03") / "epilog-releases/checkpoints"
+    checkpoints = fleet.conf_dir("slurm-work-03") / f"{RELEASES}/checkpoints"
     assert not checkpoints.exists() or "stops-at-02" not in checkpoints.read_text()
 
 
@@ -250,7 +250,7 @@ def test_8_a_canary_that_fails_verify_is_switched_back_and_nothing_else_changes(
     assert rollback["result"] is True and before["slurm-work-01"] in json.dumps(rollback), rollback
     assert {m: fleet.current(m) for m in MINIONS} == before
     # the release the canary ran for a moment stays on the node, not current
-    history = (fleet.conf_dir("slurm-work-01") / "epilog-releases/history").read_text().splitlines()
+    history = (fleet.conf_dir("slurm-work-01") / f"{RELEASES}/history").read_text().splitlines()
     assert history[-1].split()[1:] == ["rollback", before["slurm-work-01"]], history
     for step in ("checkpoint", "apply"):
         assert states[f"epilog-rollout-1-{step}"]["result"] is False
@@ -269,5 +269,5 @@ def test_9_a_healthy_rollout_lands_on_every_node_in_batches(fleet):
         assert ret.data[minion]["result"] is True, (minion, ret.data[minion]["problems"])
         assert ret.data[minion]["release"] == fleet.current(minion)
     # each node's checkpoint names the rollout and the release it ran before
-    names = {(fleet.conf_dir(m) / "epilog-releases/checkpoints").read_text().split()[-2] for m in MINIONS}
+    names = {(fleet.conf_dir(m) / f"{RELEASES}/checkpoints").read_text().split()[-2] for m in MINIONS}
     assert len(names) == 1 and names.pop().startswith("rollout-"), names

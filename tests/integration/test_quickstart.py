@@ -4,12 +4,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tests.helpers import LAYOUT, REPO, SALT_BINS
+from tests.helpers import CURRENT, LAYOUT, REPO, SALT_BINS
 
-# what a first apply lays down: the directories, the log directory, the data
-# files, the release's directories and files, the switch to it and the
-# module's sync (the packages are there, the retired files are not)
-LAID_DOWN = (len(LAYOUT["directories"]) + 1 + len(LAYOUT["data"]) + 1 + len(LAYOUT["release_directories"])
+# what a first apply lays down: the directories and the releases' directory,
+# the log directory, the data files and the release tool, the release's
+# directories and files, the switch to it and the module's sync (the packages
+# are there, the retired files are not)
+LAID_DOWN = (len(LAYOUT["directories"]) + 1 + 1 + len(LAYOUT["data"]) + 1 + 1 + len(LAYOUT["release_directories"])
              + len(LAYOUT["scripts"]) + len(LAYOUT["release_data"]) + 1 + 1)
 
 
@@ -30,7 +31,7 @@ def test_quickstart_previews_applies_and_sweeps_planted_residue_in_a_sandbox(acc
         applied = out[out.index("== 2."):out.index("== 3.")]
         assert applied.count("Result: Changed") == LAID_DOWN, applied
         assert "result:\n        True" in out[out.index("== 3."):out.index("== 4.")], "verify must pass after the apply"
-        assert (Path(sandbox) / "slurm/epilog-releases/current/epilog.d/45-stale-x-display").is_file()
+        assert (Path(sandbox) / f"slurm/{CURRENT}/epilog.d/45-stale-x-display").is_file()
         log = (Path(sandbox) / "log/epilog.log").read_text()
         assert "stale X display purged: :42" in log and "stale clsbd purged: /tmp/clsbd.unknownUser." in log
         sweep = out[out.index("== 7."):]

@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from tests.helpers import REPO, load_file
+from tests.helpers import LAYOUT, REPO, load_file
 
 salt_templates = pytest.importorskip("salt.utils.templates")
 dictupdate = pytest.importorskip("salt.utils.dictupdate")
@@ -47,6 +47,8 @@ def render(tmp_path, pillar, os_family="Debian", validate=True):
 def test_the_defaults_are_the_settings_of_an_empty_pillar(tmp_path):
     out = render(tmp_path, {})
     assert out["rules"] == RULES
+    # and the module's names of what the states lay down are layout.yaml's
+    assert out["layout"] == LAYOUT
     assert {key: out["settings"][key] for key in DEFAULTS} == DEFAULTS
     assert out["settings"]["pkgs"] == ["python3", "procps", "perl-base"]
 

@@ -41,7 +41,8 @@ import subprocess
 import sys
 import time
 
-RELEASES = "epilog-releases"
+RELEASES = "epilog-releases"  # layout.yaml releases.dir (tests/unit/test_layout.py)
+CURRENT = "current"  # layout.yaml releases.current
 MANIFEST = "MANIFEST.sha256"
 MODES = "MANIFEST.modes"
 HISTORY = "history"
@@ -94,7 +95,7 @@ class Releases:
 
     # -- reading -------------------------------------------------------------
     def current(self):
-        target = _readlink(os.path.join(self.dir, "current"))
+        target = _readlink(os.path.join(self.dir, CURRENT))
         return target if target and ID.match(target) else None
 
     def previous(self):
@@ -237,7 +238,7 @@ class Releases:
     def entries_wrong(self, entries):
         out = []
         for name in entries:
-            want = RELEASES + "/current/" + name
+            want = f"{RELEASES}/{CURRENT}/{name}"
             if _readlink(os.path.join(self.root, name)) != want:
                 out.append("%s/%s is not the symlink %s" % (self.root, name, want))
         return out
@@ -421,7 +422,7 @@ class Releases:
         if old is not None:
             self._link(self.dir, "previous", old)
         started = time.perf_counter()
-        self._link(self.dir, "current", rid)
+        self._link(self.dir, CURRENT, rid)
         took = time.perf_counter() - started
         self._record(action, rid)
         return took
@@ -501,7 +502,7 @@ def activate(releases, rid, expect, entries, keep, grace):
         if took is not None:
             report["switch_seconds"] = took
         report["entries_changed"] = [name for name in entries
-                                     if releases._link(releases.root, name, RELEASES + "/current/" + name)]
+                                     if releases._link(releases.root, name, f"{RELEASES}/{CURRENT}/{name}")]
         releases._write(releases.dir, ENTRIES, "".join(name + "\n" for name in entries))
         report["pruned"] = releases.prune(keep, grace)
     except (Refused, OSError, ValueError) as exc:
