@@ -11,3 +11,4 @@ epilog:
   ssh_allow_file: /etc/localusers
   # A directory only root can write (Debian's /var/log/slurm belongs to slurm).
   log_file: /var/log/slurm-epilog/epilog.log
+  record_file: /var/log/slurm-epilog/records.jsonl

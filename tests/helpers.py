@@ -174,6 +174,8 @@ class Chain:
         self.conf_dir = Path(conf_dir)
         self.allow_file = Path(allow_file)
         self.log_file = Path(log_file)
+        # the decision records, beside the log
+        self.record_file = self.log_file.parent / "records.jsonl"
         self.spool_dir = Path(spool_dir)
         # the job marks of a chain of its own, beside its spool
         self.run_dir = Path(run_dir) if run_dir else self.spool_dir.parent / "epilog-run"
@@ -209,6 +211,17 @@ class Chain:
     def run_part(self, name, env, prefix=()):
         return self.run(self.part(name), env, prefix=prefix)
 
+    def records(self):
+        """The decision records the chain wrote, oldest first (the .1 file
+        before the current one), each parsed: a line that is not JSON fails."""
+        lines = []
+        for path in (Path(f"{self.record_file}.1"), self.record_file):
+            try:
+                lines += self.view(path).read_text().splitlines()
+            except FileNotFoundError:
+                pass
+        return [json.loads(line) for line in lines]
+
     def log_text(self):
         try:
             return self.view(self.log_file).read_text()
@@ -218,20 +231,20 @@ class Chain:
     def pillar(self, **extra):
         """This chain's pillar; EXTRA sets or overrides any key."""
         settings = {"slurm_config_dir": self.conf_dir, "ssh_allow_file": self.allow_file, "log_file": self.log_file,
-                    "slurmd_spool_dir": self.spool_dir, "run_dir": self.run_dir}
+                    "record_file": self.record_file, "slurmd_spool_dir": self.spool_dir, "run_dir": self.run_dir}
         settings.update(extra)
         return epilog_pillar(**settings)
 
 
 def epilog_pillar(base=None, **settings):
     """The tests' one pillar builder: {"epilog": ...} with the chain's paths
-    under BASE (slurm/, localusers, epilog.log, spool/, run/), then SETTINGS
+    under BASE (slurm/, localusers, epilog.log, records.jsonl, spool/, run/), then SETTINGS
     (any key of the pillar; paths may be Paths)."""
     data = {}
     if base is not None:
         base = Path(base)
         data.update(slurm_config_dir=base / "slurm", ssh_allow_file=base / "localusers", log_file=base / "epilog.log",
-                    slurmd_spool_dir=base / "spool", run_dir=base / "run")
+                    record_file=base / "records.jsonl", slurmd_spool_dir=base / "spool", run_dir=base / "run")
     data.update(settings)
     return {"epilog": {key: str(value) if isinstance(value, Path) else value for key, value in data.items()}}
 

@@ -1,6 +1,6 @@
 """
 The epilog formula's execution module: ``epilog.sweep``, ``verify``,
-``rollback``, ``checkpoint``, ``explain`` and ``chain_wired``.
+``rollback``, ``checkpoint``, ``explain``, ``report`` and ``chain_wired``.
 
 The residue sweep itself is ``epilog_sweep.py`` beside this file (synced with
 it from ``_modules/``), the very file the state lays down in each release for
@@ -8,6 +8,7 @@ part 45; ``epilog.sweep`` loads and runs it. Nothing in this file is laid down
 on a node: changing it changes no release.
 """
 
+import datetime
 import importlib.util
 import json
 import os
@@ -16,6 +17,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 
 from salt.exceptions import CommandExecutionError
 
@@ -642,7 +644,11 @@ def verify(expect=None):
     if bound_socket_files() is None:
         problems.append("the kernel's unix socket diagnostics (NETLINK_SOCK_DIAG) cannot be read: the sweep "
                         "cannot tell whether an X socket is held, and keeps them all")
-    for key, what in (("log_file", "the parts never open the log"), ("ssh_allow_file", "39 and 50 leave it alone")):
+    for key, what in (("log_file", "the parts never open the log"), ("ssh_allow_file", "39 and 50 leave it alone"),
+                      ("record_file", "the runner writes no decision record (epilog.report has none)"),
+                      ("metrics_file", "the runner writes no metrics")):
+        if not settings.get(key):
+            continue  # metrics_file: none
         directory = os.path.dirname(settings[key]) or "/"
         if not _root_only(directory):
             problems.append(f"{directory} (epilog:{key}) is not a directory only root can write (it, or an ancestor "
@@ -989,4 +995,205 @@ def explain(user, job=None):
     }
     if uid is None:
         report["account"] = f"no account {user!r} on this node: explained as a job end whose user does not resolve"
+    records, _ = _records(settings)
+    last = [rec for rec in records if rec.get("stage") == "epilog" and rec.get("user") == user]
+    report["last_job_end"] = _what_was_done(last[-1]) if last else \
+        f"no job end of {user!r} recorded on this node (in {settings['record_file']} and its .1)"
     return report
+
+
+# -- the decision records: one JSON line per job end, by the runner ------------
+_DURATION = re.compile(r"([0-9]{1,9})\s*([smhdw])\Z")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_RESIDUE_KINDS = ("x_socket", "x_lock", "clsbd", "scratch", "user_files")
+
+
+def _records(settings):
+    """The node's decision records, oldest first (<record_file>.1, then
+    record_file), and what could not be read. Only regular files of root's
+    are read, never through a symlink; a line that is not a record of this
+    schema is counted, not trusted."""
+    records, problems = [], []
+    for path in (settings["record_file"] + ".1", settings["record_file"]):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            problems.append(f"{path}: not read ({exc.strerror})")
+            continue
+        with os.fdopen(fd, "rb") as handle:
+            st = os.fstat(handle.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+                problems.append(f"{path} is not a regular file only root can write: not read")
+                continue
+            data = handle.read()
+        bad = 0
+        for line in data.splitlines():
+            try:
+                record = json.loads(line.decode("utf-8", "replace"))
+            except ValueError:
+                record = None
+            if isinstance(record, dict) and record.get("v") == 1 and isinstance(record.get("parts"), list):
+                records.append(record)
+            else:
+                bad += 1
+        if bad:
+            problems.append(f"{path}: {bad} line(s) that are not decision records, skipped")
+    return records, problems
+
+
+def _epoch(value, now):
+    """since= as seconds since the epoch: a duration back from NOW (90s, 30m,
+    12h, 1d, 2w), an epoch, or a time (2026-12-01, 2026-12-01T10:00, with or
+    without a zone; without one, the node's local time)."""
+    if isinstance(value, datetime.datetime):
+        return value.timestamp()
+    if isinstance(value, datetime.date):  # the CLI reads 2026-12-01 as a date
+        return datetime.datetime(value.year, value.month, value.day).timestamp()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    found = _DURATION.match(text)
+    if found:
+        return now - int(found.group(1)) * _UNIT_SECONDS[found.group(2)]
+    try:
+        return datetime.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text).timestamp()
+    except ValueError:
+        raise CommandExecutionError(f"since must be a duration (90s, 30m, 12h, 1d, 2w), an epoch or a time "
+                                    f"(2026-12-01T10:00), got {value!r}") from None
+
+
+def _when(epoch):
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(epoch)) if isinstance(epoch, (int, float)) else None
+
+
+def _decision(record):
+    """(decision, reason) of one epilog record: acted, spared or unknown,
+    or (None, None) when no lastuserjob part was at stake."""
+    other, guard = record.get("other") or {}, record.get("guard") or {}
+    if other.get("answer") == "unknown":
+        # the reason without its numbers (a lock's uid, squeue's rc), to count alike ones together
+        return "unknown", re.sub(r"[0-9]+", "N", str(other.get("why") or "no reason given"))
+    if other.get("answer") == "yes":
+        return "spared", "another job of the user on this node"
+    if guard.get("answer") == "act":
+        return "acted", None
+    if guard.get("answer") == "spare":
+        answer, system = _guard_answer(str(guard.get("why") or ""))
+        return "spared", "root or a system account" if system else {
+            "listed": "listed in localusers", "lookup error": "localusers lookup failed",
+            "unknown user": "the user is unknown"}.get(answer, str(guard.get("why") or "the localusers guard"))
+    return None, None
+
+
+def _part_facts(record):
+    """{part: (ran, rc, facts or why)} of one record."""
+    return {part.get("part"): part for part in record["parts"] if isinstance(part, dict)}
+
+
+def _what_was_done(record):
+    """One job end, in words: what each part did, and why."""
+    done = {}
+    for name, part in _part_facts(record).items():
+        if not part.get("ran"):
+            done[name] = f"skipped: {part.get('why')}"
+        else:
+            facts = part.get("facts") or {}
+            done[name] = f"ran, exit {part.get('rc')}, {part.get('ms')} ms" + (f": {json.dumps(facts, sort_keys=True)}"
+                                                                              if facts else "")
+    decision, reason = _decision(record)
+    return {
+        "job": record.get("job"), "at": _when(record.get("start")), "release": record.get("release"),
+        "decision": decision or "no lastuserjob part at stake", "reason": reason,
+        "other_jobs": record.get("other"), "localusers": record.get("guard"),
+        "parts": done, "warnings": record.get("warnings"), "ms": record.get("ms"),
+    }
+
+
+def report(since=None, user=None, job=None):
+    """
+    Summarise what the epilog chain decided and did on this node, from the
+    decision records the runner writes at every job end (``record_file``,
+    and the ``.1`` before it):
+
+    - ``job_ends`` (epilog) and ``prologs``; ``acted`` (job ends that ran the
+      lastuserjob parts) and the ``users_acted_on``; ``spared`` and
+      ``unknown`` job ends, each by reason; ``processes_signalled`` by part 40;
+    - ``sweeps`` (part 45 runs) and the ``residue`` ``removed`` and ``kept``
+      by kind (part 42's files as ``user_files``); ``warnings``;
+    - the ``slowest`` chain (job, user, milliseconds, when).
+
+    since
+        Only job ends since then: a duration back from now (30m, 12h, 1d,
+        2w), an epoch, or a time (2026-12-01T10:00; the node's local time
+        without a zone).
+
+    user
+        Only the job ends of this user.
+
+    job
+        The full records of this job on this node (its epilog and prolog).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt 'slurm-work-*' epilog.report since=1d --out=json
+        salt 'slurm-work-17' epilog.report since=12h user=je.kim
+        salt 'slurm-work-17' epilog.report job=4711
+    """
+    settings, _ = _settings()
+    now = time.time()
+    start = None if since is None else _epoch(since, now)
+    if user is not None and (not isinstance(user, str) or not user):
+        raise CommandExecutionError(f"user must be an account name, and Salt read this one as {user!r}: quote a "
+                                    "name such as no, on or 123 twice, as in user='\"no\"'")
+    if job is not None and not re.fullmatch(r"[1-9][0-9]{0,9}", str(job)):
+        raise CommandExecutionError(f"job must be a numeric Slurm job id, got {job!r}")
+    records, problems = _records(settings)
+    chosen = [rec for rec in records
+              if (start is None or (isinstance(rec.get("start"), (int, float)) and rec["start"] >= start))
+              and (user is None or rec.get("user") == user) and (job is None or str(rec.get("job")) == str(job))]
+    if job is not None:
+        return {"job": int(job), "records": chosen, "problems": problems,
+                "what_was_done": [_what_was_done(rec) for rec in chosen if rec.get("stage") == "epilog"]}
+    summary = {
+        "nodes": sorted({str(rec.get("node")) for rec in chosen if rec.get("node")}),
+        "since": _when(start), "records": len(chosen),
+        "job_ends": 0, "prologs": 0, "acted": 0, "users_acted_on": [], "spared": {}, "unknown": {},
+        "processes_signalled": 0, "sweeps": 0,
+        "residue": {"removed": dict.fromkeys(_RESIDUE_KINDS, 0), "kept": dict.fromkeys(_RESIDUE_KINDS, 0)},
+        "warnings": 0, "slowest": None, "problems": problems,
+    }
+    acted_on = set()
+    for rec in chosen:
+        summary["warnings"] += rec.get("warnings") if isinstance(rec.get("warnings"), int) else 0
+        if rec.get("stage") != "epilog":
+            summary["prologs"] += 1
+            continue
+        summary["job_ends"] += 1
+        decision, reason = _decision(rec)
+        if decision == "acted":
+            summary["acted"] += 1
+            acted_on.add(str(rec.get("user")))
+        elif decision:
+            summary[decision][reason] = summary[decision].get(reason, 0) + 1
+        if isinstance(rec.get("ms"), int) and (summary["slowest"] is None or rec["ms"] > summary["slowest"]["ms"]):
+            summary["slowest"] = {"job": rec.get("job"), "user": rec.get("user"), "ms": rec["ms"],
+                                  "at": _when(rec.get("start"))}
+        for part in _part_facts(rec).values():
+            facts = part.get("facts") if isinstance(part.get("facts"), dict) else {}
+            kill, cleanup, sweep_ = facts.get("kill"), facts.get("cleanup"), facts.get("sweep")
+            if isinstance(kill, dict) and isinstance(kill.get("signalled"), int):
+                summary["processes_signalled"] += kill["signalled"]
+            if isinstance(cleanup, dict) and isinstance(cleanup.get("removed"), int):
+                summary["residue"]["removed"]["user_files"] += cleanup["removed"]
+            if isinstance(sweep_, dict) and isinstance(sweep_.get("counts"), dict):
+                summary["sweeps"] += 1
+                for kind, counts in sweep_["counts"].items():
+                    for what in ("removed", "kept"):
+                        if kind in summary["residue"][what] and isinstance((counts or {}).get(what), int):
+                            summary["residue"][what][kind] += counts[what]
+    summary["users_acted_on"] = sorted(acted_on)
+    return summary

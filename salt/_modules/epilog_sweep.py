@@ -913,7 +913,46 @@ def run_sweep(test=False, job=None, patterns=(), budget=10, log_file=None, sourc
 
 
 # -- the epilog part: epilog_sweep.part(), at every job end ---------------------
-PART_OPTIONS = ("budget", "release", "pattern", "log-fd")
+PART_OPTIONS = ("budget", "release", "pattern", "log-fd", "fact-fd")
+# What part 45 hands the runner for the job end's record (fact_line): the
+# counts, and the paths removed and kept up to a cap of characters, so that
+# the record stays one short line however much residue there was.
+FACT_PATH_CHARS = 1500
+
+
+def _json_text(text):
+    """TEXT as a JSON string of printable ASCII (the standard library's json
+    costs a job end its import)."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if 0x20 <= code < 0x7F and char not in '"\\':
+            out.append(char)
+        elif code > 0xFFFF:
+            code -= 0x10000
+            out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{code:04x}")
+    return '"' + "".join(out) + '"'
+
+
+def fact_line(report):
+    """The sweep's fact for the runner's record, one line: 'fact sweep JSON'
+    with the counts per kind, the paths removed and kept (each list cut when
+    it would pass half of FACT_PATH_CHARS, with how many were left out)."""
+    counts = ",".join(f'"{kind}":{{"removed":{report["counts"][kind]["removed"]:d},'
+                      f'"kept":{report["counts"][kind]["kept"]:d}}}' for kind in KINDS)
+    lists = []
+    for key, paths in (("removed", report["removed"]), ("kept", [kept["path"] for kept in report["kept"]])):
+        shown, size = [], 0
+        for path in paths:
+            text = _json_text(path)
+            if size + len(text) > FACT_PATH_CHARS // 2:
+                break
+            shown.append(text)
+            size += len(text) + 1
+        lists.append(f'"{key}":[{",".join(shown)}],"{key}_more":{len(paths) - len(shown):d}')
+    return f'fact sweep {{"counts":{{{counts}}},{",".join(lists)}}}\n'
 
 
 def _digits(text):
@@ -933,7 +972,7 @@ def part(argv=None):
     user come from slurmd's environment (SLURM_JOB_*), never from arguments:
     a user named -v or --budget=0 never meets this parser. Always returns 0:
     a failing epilog drains the node; what went wrong is in the log."""
-    options = {"budget": DEFAULT_BUDGET, "release": None, "pattern": [], "log-fd": None}
+    options = {"budget": DEFAULT_BUDGET, "release": None, "pattern": [], "log-fd": None, "fact-fd": None}
     unknown = []
     for arg in sys.argv[1:] if argv is None else argv:
         name, sep, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
@@ -955,8 +994,13 @@ def part(argv=None):
     try:
         if unknown:
             raise SweepError(f"unknown arguments {unknown!r} (each must be --opt=value, opt one of {PART_OPTIONS})")
-        run_sweep(job=job, patterns=options["pattern"], budget=options["budget"], source=source, user=user,
-                  uid=uid, log_fd=log_fd, release=release)
+        report = run_sweep(job=job, patterns=options["pattern"], budget=options["budget"], source=source,
+                           user=user, uid=uid, log_fd=log_fd, release=release)
+        if _digits(options["fact-fd"]):
+            try:
+                os.write(int(options["fact-fd"]), fact_line(report).encode("ascii"))
+            except OSError:
+                pass  # the runner's pipe is gone: the record goes without the sweep's facts
     except SweepError as exc:
         log("warning", f"sweep could not run: {exc}")
         log.flush()

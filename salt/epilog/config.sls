@@ -14,7 +14,7 @@
     missing directory is created root:root 0755. (Debian's /var/log/slurm
     belongs to the slurm user, who could swap epilog.log for a symlink to
     /etc/nologin.) #}
-{%- for key in ['log_file', 'ssh_allow_file'] %}
+{%- for key in ['log_file', 'record_file', 'ssh_allow_file'] + (['metrics_file'] if epilog.metrics_file else []) %}
 {%-   set parts = epilog[key].strip('/').split('/')[:-1] %}
 {%-   for i in range(parts | length + 1) %}
 {%-     set path = '/' ~ (parts[:i] | join('/')) %}
@@ -41,13 +41,23 @@ epilog-config-{{ sub | replace('.', '-') }}-file-directory:
     - makedirs: True
 {%- endfor %}
 
-epilog-config-log-directory-file-directory:
+{#- The directories of the log, the decision records and the metrics
+    textfile: one state for each directory (they are often the same). #}
+{%- set made = [] %}
+{%- for key in ['log_file', 'record_file', 'metrics_file'] if epilog[key] %}
+{%-   set dir = epilog[key].rsplit('/', 1)[0] or '/' %}
+{%-   if dir not in made %}
+{%-     do made.append(dir) %}
+
+epilog-config-{{ key.split('_')[0] }}-directory-file-directory:
   file.directory:
-    - name: {{ (epilog.log_file.rsplit('/', 1)[0] or '/') | json }}
+    - name: {{ dir | json }}
     - user: root
     - group: root
     - mode: '0755'
     - makedirs: True
+{%-   endif %}
+{%- endfor %}
 
 {#- Serialises the parts' edits of the ssh allow file. Root-only (0600): no
     other account can open it, so none can hold the lock and stall a prolog. #}

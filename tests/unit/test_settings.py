@@ -84,6 +84,11 @@ def test_the_pillar_over_lookup_over_the_family_over_the_defaults(tmp_path):
     ({"sweep_budget": True}, "epilog:sweep_budget (True) must be a whole number of seconds"),
     ({"squeue_timeout": "5"}, "epilog:squeue_timeout ('5') must be a whole number of seconds"),
     ({"keep_releases": 1}, "epilog:keep_releases (1) must be a whole number from 2 to 100"),
+    ({"record_file": "records.jsonl"}, "epilog:record_file ('records.jsonl') must be an absolute path"),
+    ({"record_max_kb": 8}, "epilog:record_max_kb (8) must be a whole number of KiB from 16 to 1048576"),
+    ({"record_max_kb": "1024"}, "epilog:record_max_kb ('1024') must be a whole number of KiB"),
+    ({"metrics_file": "/var/lib/prom/../x.prom"}, "epilog:metrics_file ('/var/lib/prom/../x.prom') must be empty, or an"),
+    ({"metrics_file": ["/x.prom"]}, "epilog:metrics_file (['/x.prom']) must be empty, or an absolute path"),
     ({"scratch_patterns": "slurm{jobid}"}, "epilog:scratch_patterns must be a list of patterns"),
     ({"scratch_patterns": ["*{jobid}"]}, "epilog:scratch_patterns[0] ('*{jobid}') must hold {jobid} once"),
     ({"scratch_patterns": [".x{jobid}"]}, "epilog:scratch_patterns[0] ('.x{jobid}') must hold"),
@@ -97,6 +102,12 @@ def test_a_bad_pillar_is_refused_naming_its_entry(tmp_path, pillar, message):
     with pytest.raises(salt.exceptions.SaltException) as caught:
         render(tmp_path, {"epilog": pillar})
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("metrics_file", ["", None, "/var/lib/prometheus/node-exporter/epilog.prom"])
+def test_metrics_are_optional_and_a_path_when_set(tmp_path, metrics_file):
+    out = render(tmp_path, {"epilog": {"metrics_file": metrics_file}})
+    assert out["settings"]["metrics_file"] == metrics_file
 
 
 def test_the_recovery_operations_get_the_merge_without_the_checks(tmp_path):

@@ -2,6 +2,7 @@
 names it recognises, the lock content it trusts, the scratch patterns, the
 arguments it refuses, how it shows a hostile name, and its log's batching.
 No root, no Salt, no /tmp."""
+import json
 import os
 import signal
 import socket
@@ -299,3 +300,49 @@ def test_the_part_entry_takes_the_job_from_slurmd_only_as_plain_numbers(tmp_path
                                   job, uid)
     assert os.listdir(residue) == []
     assert f" info 45-stale-x-display {prefix}: stale clsbd purged: {residue}/{name}\n" in log
+
+
+def test_the_part_hands_its_counts_and_paths_to_the_runner_on_its_fact_fd(tmp_path, monkeypatch, log_sinks):
+    """Under the runner, part 45 gets --fact-fd=3: one line 'fact sweep
+    JSON' with the counts per kind and the paths, which the runner puts in
+    the job end's record."""
+    read_end, write_end = os.pipe()
+    try:
+        residue, name, _ = run_part(tmp_path, monkeypatch, log_sinks, [f"--fact-fd={write_end}"], "77", "1001")
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as pipe:
+            lines = pipe.read().splitlines()
+    finally:
+        for fd in (read_end, write_end):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    assert len(lines) == 1 and lines[0].startswith(b"fact sweep ")
+    fact = json.loads(lines[0][len(b"fact sweep "):])
+    assert fact["counts"]["clsbd"] == {"removed": 1, "kept": 0}
+    assert fact["removed"] == [f"{residue}/{name}"] and fact["removed_more"] == 0 and fact["kept"] == []
+
+
+@pytest.mark.parametrize("name", ['/tmp/clsbd."quoted"', "/tmp/back\\slash", "/tmp/new\nline", "/tmp/\x1b[31mred",
+                                  "/tmp/bytes\udcff\udcfe", "/tmp/astral\U0001f600", "/tmp/u\u2028sep"])
+def test_the_sweeps_fact_is_one_line_of_json_whatever_the_names(name):
+    """Names in /tmp are a user's: the fact stays one line of printable
+    ASCII that parses back to the very names the sweep reported."""
+    report = {"counts": {kind: {"removed": 0, "kept": 0} for kind in sweep.KINDS},
+              "removed": [sweep._show(name)], "kept": [{"path": sweep._show(name + "k"), "kind": "clsbd", "reason": "x"}]}
+    line = sweep.fact_line(report)
+    assert line.endswith("\n") and "\n" not in line[:-1] and line.isascii() and line[:-1].isprintable()
+    fact = json.loads(line[len("fact sweep "):])
+    assert fact["removed"] == [sweep._show(name)] and fact["kept"] == [sweep._show(name + "k")]
+
+
+def test_the_sweeps_fact_is_bounded_however_much_was_removed():
+    names = [f"/tmp/clsbd.user{i:04d}.{'x' * 80}" for i in range(500)]
+    report = {"counts": {kind: {"removed": 0, "kept": 0} for kind in sweep.KINDS}, "removed": names,
+              "kept": [{"path": n, "kind": "clsbd", "reason": "x"} for n in names]}
+    line = sweep.fact_line(report)
+    fact = json.loads(line[len("fact sweep "):])
+    assert len(line) < sweep.FACT_PATH_CHARS + 400
+    assert fact["removed"] == names[:len(fact["removed"])] and fact["removed_more"] == 500 - len(fact["removed"]) > 0
+    assert fact["kept_more"] == 500 - len(fact["kept"]) > 0

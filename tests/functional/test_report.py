@@ -1,0 +1,65 @@
+"""epilog.report and explain's last job end, through a minion, over the
+records that real job ends of the laid-down chain wrote."""
+import json
+import subprocess
+import time
+
+from tests.functional.test_operations import node  # noqa: F401 - the fixture
+from tests.helpers import end, killed, owned_file, slurmd_env, stray, uid_of
+
+
+def job_end(n, user, job, **env):
+    ret = subprocess.run([str(n.conf_dir / "epilog.sh")], env=slurmd_env(user, job=job, **env), capture_output=True)
+    assert ret.returncode == 0, ret
+
+
+def records_of(n):
+    return [json.loads(line) for line in (n.base / "records.jsonl").read_text().splitlines()]
+
+
+def test_report_counts_the_job_ends_and_gives_one_in_full(node):  # noqa: F811 - the fixture
+    node.apply()
+    proc, residue = stray("alice"), owned_file("alice")
+    try:
+        job_end(node, "alice", 10)
+        assert killed(proc)
+    finally:
+        end(proc)
+        residue.unlink(missing_ok=True)
+    job_end(node, "je.kim", 11)
+    job_end(node, "alice", 12, uid=uid_of("je.kim"))
+    summary = node.run("report")
+    assert summary["problems"] == [] and summary["records"] == 3 and summary["job_ends"] == 3
+    assert summary["acted"] == 1 and summary["users_acted_on"] == ["alice"]
+    assert summary["spared"] == {"listed in localusers": 1}
+    assert sum(summary["unknown"].values()) == 1 and summary["processes_signalled"] >= 1
+    assert summary["residue"]["removed"]["user_files"] >= 1
+    assert summary["slowest"]["ms"] == max(record["ms"] for record in records_of(node))
+    assert summary["sweeps"] == sum(1 for r in records_of(node) for p in r["parts"] if "sweep" in p.get("facts", {}))
+    one = node.run("report", "job=10")
+    assert one["records"] == [records_of(node)[0]]
+    assert one["what_was_done"][0]["decision"] == "acted"
+    assert one["what_was_done"][0]["parts"]["40-lastuserjob-processes"].startswith("ran, exit 0")
+    assert node.run("report", "user=je.kim")["job_ends"] == 1
+    assert node.run("report", "since=1h")["job_ends"] == 3
+    future = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 3600))
+    assert node.run("report", f"since={future}")["job_ends"] == 0
+    ret = node.call("epilog.report", "since=yesterday-ish")
+    assert ret.returncode != 0 and "since must be a duration" in ret.stdout + ret.stderr, ret
+
+
+def test_explain_adds_the_users_last_recorded_job_end(node):  # noqa: F811 - the fixture
+    node.apply()
+    proc = stray("alice")
+    try:
+        job_end(node, "alice", 20)
+        assert killed(proc)
+    finally:
+        end(proc)
+    report = node.run("explain", "user=alice")
+    last = report["last_job_end"]
+    assert last["job"] == 20 and last["decision"] == "acted" and last["release"] == node.release.name
+    assert last["parts"]["40-lastuserjob-processes"].startswith("ran, exit 0") and '"signalled": 1' in \
+        last["parts"]["40-lastuserjob-processes"]
+    assert last["localusers"]["answer"] == "act" and last["other_jobs"]["answer"] == "no"
+    assert node.run("explain", "user=s.shin")["last_job_end"].startswith("no job end of 's.shin' recorded")
