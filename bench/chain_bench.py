@@ -16,7 +16,10 @@ What it does, all in one run:
     bare environment slurmd gives (no PATH). SLURM_CONF points nowhere, so a
     controller RPC could not succeed: the decision must be node-local;
   * baselines in the same run, interleaved run by run with ours: the
-    formula before the hardening, the process floor (bash -c :), and the
+    formula before the decision records (git revision RECORDS_BASE: the
+    record's cost is the median of the per-run differences, issue 11's
+    budget is 2 ms), ours with the metrics textfile on, the formula before
+    the hardening, the process floor (bash -c :), and the
     seed's pre-fix parts (grep -w guard, killall -9 -u, sed -i "/$user/d",
     find -user -exec rm) run in a run-parts loop with logger calls, as sites
     run them today.
@@ -41,6 +44,8 @@ USER = "alice"
 USER_UID = 50101
 # The formula as it was before the hostile-user hardening (issue 7).
 PRE_FIX = "a79306f"
+# The formula as it was before the decision records and metrics (issue 11).
+RECORDS_BASE = "046c50b"
 
 SEED_PARTS = {
     "40-lastuserjob-processes": r'''#!/bin/bash
@@ -89,15 +94,23 @@ def timed_together(commands, env, runs, before=None):
     return samples
 
 
+def paired(ours, base):
+    """The median of the per-run differences OURS - BASE (each run times
+    both, one after the other), and the difference of the medians."""
+    return {"median_of_differences": round(statistics.median(a - b for a, b in zip(ours, base)), 2),
+            "difference_of_medians": round(statistics.median(ours) - statistics.median(base), 2)}
+
+
 def stats(samples):
     ordered = sorted(samples)
     return {"median_ms": round(statistics.median(ordered), 2), "p90_ms": round(ordered[int(len(ordered) * 0.9) - 1], 2),
             "min_ms": round(ordered[0], 2), "runs": len(ordered)}
 
 
-def lay_down(sandbox, name, tree=None):
+def lay_down(sandbox, name, tree=None, **extra):
     """Lay the chain of TREE (this repo when None) down under SANDBOX/NAME
-    with that tree's own state, through a masterless minion of its own."""
+    with that tree's own state, through a masterless minion of its own;
+    EXTRA: more pillar settings."""
     base = sandbox / name
     (base / "spool").mkdir(parents=True)
     (base / "spool/cred_state").write_bytes(b"")  # as in slurmd's live spool
@@ -105,7 +118,7 @@ def lay_down(sandbox, name, tree=None):
     pillar = {"epilog": {
         "slurm_config_dir": str(base / "slurm"), "ssh_allow_file": str(sandbox / "localusers"),
         "log_file": str(base / "log/epilog.log"), "slurmd_spool_dir": str(base / "spool"), "run_dir": str(base / "run"),
-        "localusers": ["root", "je.kim", "s.shin"],
+        "localusers": ["root", "je.kim", "s.shin"], "record_file": str(base / "log/records.jsonl"), **extra,
     }}
     tree = tree or REPO
     conf = base / "conf"
@@ -129,6 +142,7 @@ def inner(sandbox, runs):
         os.chown(path, 0 if i % 2 else 1, 0)
     pw = pwd.getpwnam(USER)
     ours, before = sandbox / "ours/slurm", sandbox / "pre-fix/slurm"
+    before_records, ours_metrics = sandbox / "before-records/slurm", sandbox / "ours-metrics/slurm"
     env = {"SLURM_JOB_USER": USER, "SLURM_JOB_UID": str(pw.pw_uid), "SLURM_JOB_ID": "777",
            "SLURMD_NODENAME": "bench-node", "SLURM_CONF": "/nonexistent/slurm.conf"}
     strays = []
@@ -155,6 +169,8 @@ def inner(sandbox, runs):
 
     samples = timed_together({
         "ours": ([str(ours / "epilog.sh")], None),
+        "before_records": ([str(before_records / "epilog.sh")], None),
+        "ours_with_metrics": ([str(ours_metrics / "epilog.sh")], None),
         "before_hardening": ([str(before / "epilog.sh")], None),
         "seed_prefix_chain": ([str(seed / "epilog.sh")], seed_env),
         "bash_floor": (["/bin/bash", "-c", ":"], None),
@@ -177,7 +193,11 @@ def inner(sandbox, runs):
         if p.poll() is None:
             p.kill()
         p.wait()
+    records = (sandbox / "ours/log/records.jsonl").read_text().splitlines()
     return {**{name: stats(values) for name, values in samples.items()},
+            "record_added_ms": paired(samples["ours"], samples["before_records"]),
+            "metrics_added_ms": paired(samples["ours_with_metrics"], samples["ours"]),
+            "records_written": sum('"stage":"epilog"' in line for line in records),
             "node_local_decisions": f"{node_local}/{len(decisions)}", "strays_killed": f"{killed}/{runs}",
             "execs_per_job_end": execs, "tmp_entries": len(os.listdir("/tmp"))}
 
@@ -186,6 +206,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--baseline-rev", default=PRE_FIX, help="the git revision of the formula before the hardening")
+    parser.add_argument("--records-base", default=RECORDS_BASE, help="the git revision before the decision records")
     parser.add_argument("--inner", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
@@ -201,12 +222,14 @@ def main():
     sandbox = Path(tempfile.mkdtemp(prefix="epilog-bench-", dir="/var/tmp"))
     try:
         lay_down(sandbox, "ours")
-        tree = sandbox / "pre-fix-tree"
-        tree.mkdir()
-        archive = subprocess.run(["git", "-C", str(REPO), "archive", args.baseline_rev, "salt", "_modules"],
-                                 check=True, capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-        lay_down(sandbox, "pre-fix", tree)
+        lay_down(sandbox, "ours-metrics", metrics_file=str(sandbox / "ours-metrics/metrics/epilog.prom"))
+        for name, rev in (("pre-fix", args.baseline_rev), ("before-records", args.records_base)):
+            tree = sandbox / f"{name}-tree"
+            tree.mkdir()
+            archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "salt", "_modules"],
+                                     check=True, capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+            lay_down(sandbox, name, tree)
         out = sh("unshare", "--mount", "--propagation", "private", sys.executable, __file__,
                  "--runs", str(args.runs), "--inner", str(sandbox)).stdout
         result = json.loads(out.strip().splitlines()[-1])
@@ -216,13 +239,21 @@ def main():
     print(f"epilog chain, ordinary job end on an idle node ({ours['runs']} runs each, interleaved; "
           f"/tmp with {result['tmp_entries']} entries)")
     print(f"  {'':40} {'median':>9} {'p90':>9} {'min':>9}")
-    for name, s in (("this formula's epilog.sh", ours), (f"before the hardening ({args.baseline_rev})", before),
+    for name, s in (("this formula's epilog.sh", ours), (f"before the records ({args.records_base})", result["before_records"]),
+                    ("ours, metrics_file on", result["ours_with_metrics"]),
+                    (f"before the hardening ({args.baseline_rev})", before),
                     ("seed's pre-fix chain (baseline)", seed), ("bash -c : (process floor)", floor)):
         print(f"  {name:40} {s['median_ms']:>7.2f}ms {s['p90_ms']:>7.2f}ms {s['min_ms']:>7.2f}ms")
     print(f"  the hardening costs: ours/before median {ours['median_ms'] / before['median_ms']:.2f}x; "
           f"ours/seed {ours['median_ms'] / seed['median_ms']:.2f}x; "
           f"target <= 30 ms median: {'met' if ours['median_ms'] <= 30 else 'NOT met'} on this machine "
           f"(process floor {floor['median_ms']:.2f} ms)")
+    added, metrics = result["record_added_ms"], result["metrics_added_ms"]
+    print(f"  the decision record adds {added['median_of_differences']:.2f} ms (median of per-run differences; "
+          f"difference of medians {added['difference_of_medians']:.2f} ms): budget 2 ms "
+          f"{'met' if added['median_of_differences'] <= 2 else 'NOT met'}; {result['records_written']} records written")
+    print(f"  the metrics textfile adds {metrics['median_of_differences']:.2f} ms more (difference of medians "
+          f"{metrics['difference_of_medians']:.2f} ms)")
     print(f"  decisions answered node-locally: {result['node_local_decisions']}; strays killed: {result['strays_killed']}")
     if result["execs_per_job_end"]:
         e = result["execs_per_job_end"]

@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -16,7 +17,19 @@ from pathlib import Path
 import attr
 import pytest
 
-from tests.helpers import CURRENT, RELEASES, REPO, SALT_BINS, epilog_pillar, live_spool, require_root
+from tests.helpers import (
+    CURRENT,
+    RELEASES,
+    REPO,
+    SALT_BINS,
+    end,
+    epilog_pillar,
+    killed,
+    live_spool,
+    require_root,
+    slurmd_env,
+    stray,
+)
 
 MINIONS = ["slurm-work-01", "slurm-work-02", "slurm-work-03"]
 SALT_VERSIONS = {"3008": "3008.4", "3006": "3006.29"}
@@ -271,3 +284,31 @@ def test_9_a_healthy_rollout_lands_on_every_node_in_batches(fleet):
     # each node's checkpoint names the rollout and the release it ran before
     names = {(fleet.conf_dir(m) / f"{RELEASES}/checkpoints").read_text().split()[-2] for m in MINIONS}
     assert len(names) == 1 and names.pop().startswith("rollout-"), names
+
+
+def test_10_one_report_from_the_master_answers_for_every_node(fleet, tmp_path):
+    """Each node's chain ends real jobs (its runner, as slurmd runs it: a
+    stray of alice killed, je.kim spared), a different number per node; one
+    epilog.report from the master returns each node's own counts."""
+    for number, minion in enumerate(MINIONS, 1):
+        for job in range(number):
+            proc = stray("alice")
+            try:
+                ret = subprocess.run([str(fleet.conf_dir(minion) / "epilog.sh")], capture_output=True,
+                                     env=slurmd_env("alice", job=7000 + job, SLURMD_NODENAME=minion))
+                assert ret.returncode == 0 and killed(proc), ret
+            finally:
+                end(proc)
+        ret = subprocess.run([str(fleet.conf_dir(minion) / "epilog.sh")], capture_output=True,
+                             env=slurmd_env("je.kim", job=7100, SLURMD_NODENAME=minion))
+        assert ret.returncode == 0, ret
+    ret = fleet.run("epilog.report", "since=1d")
+    assert ret.returncode == 0 and sorted(ret.data) == MINIONS, ret
+    for number, minion in enumerate(MINIONS, 1):
+        summary = ret.data[minion]
+        assert summary["nodes"] == [minion], summary
+        assert summary["job_ends"] == number + 1 and summary["acted"] == number, summary
+        assert summary["users_acted_on"] == ["alice"] and summary["spared"] == {"listed in localusers": 1}, summary
+        assert summary["processes_signalled"] >= number and summary["problems"] == [], summary
+    one = fleet.run("epilog.report", "job=7100", tgt="slurm-work-02")
+    assert one.returncode == 0 and [r["user"] for r in one.data["records"]] == ["je.kim"], one

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import kill_all_of, live_processes_of, local_minion, uid_of, wait_for
+from tests.helpers import HOST, kill_all_of, live_processes_of, local_minion, uid_of, wait_for
 from tests.integration.conftest import OPERATOR
 
 # Inside a job: start a stray that escapes the step (setsid, reparented to
@@ -88,6 +88,33 @@ def test_ordinary_user_is_cleaned_up_after_last_job_and_loses_ssh(slurm, sshd, r
         kill(pid)
         if session.poll() is None:
             session.kill()
+
+
+def record_of(chain, job, stage="epilog"):
+    """The decision record of JOB's STAGE, once the runner has written it
+    (after its log's last line)."""
+    return wait_for(lambda: next((r for r in chain.records() if r["job"] == int(job) and r["stage"] == stage), None),
+                    60, what=f"the {stage} record of job {job}")
+
+
+def test_a_real_job_end_leaves_one_decision_record_of_what_it_did(slurm, rsyslog):
+    job, out = slurm.run_job("alice", STRAY)
+    pid = stray_pid(out)
+    try:
+        record = record_of(slurm.chain, job)
+        assert wait_for(lambda: not alive_as(pid, "alice"), 10, what="the stray to die")
+        assert {key: record[key] for key in ("user", "uid", "node", "release")} == {
+            "user": "alice", "uid": uid_of("alice"), "node": HOST, "release": slurm.chain.release_id}
+        assert record["other"]["answer"] == "no" and record["guard"]["answer"] == "act", record
+        parts = {part["part"]: part for part in record["parts"]}
+        assert parts["40-lastuserjob-processes"]["facts"]["kill"]["signalled"] >= 1, record
+        assert parts["39-lastuserjob-ssh"]["facts"]["allow"] == {"op": "remove", "change": "removed"}, record
+        prolog = record_of(slurm.chain, job, "prolog")
+        assert prolog["start"] <= record["start"] and prolog["parts"][0]["part"] == "50-exclusive-ssh", prolog
+        assert [r["job"] for r in slurm.chain.records()].count(int(job)) == 2, "one record per stage and job"
+        assert_not_drained(slurm)
+    finally:
+        kill(pid)
 
 
 def test_prolog_adds_and_epilog_removes_the_users_allow_line(slurm, rsyslog):
