@@ -148,10 +148,14 @@ def test_scripts_are_root_owned_0755_and_not_writable_by_slurm(salt_call, tmp_pa
     assert (st.st_uid, st.st_mode & 0o7777) == (0, 0o600)
 
 
-def test_rendered_scripts_are_shellcheck_clean(salt_call, tmp_path):
+@pytest.mark.parametrize("metrics", [False, True], ids=["default", "with-metrics"])
+def test_rendered_scripts_are_shellcheck_clean(salt_call, tmp_path, metrics):
+    """Every script as rendered, with the code only metrics_file brings too."""
     require_tools("shellcheck")
     c = sandbox(tmp_path)
-    assert salt_call("state.apply", "epilog", pillar=c.pillar()).returncode == 0
+    extra = {"metrics_file": str(tmp_path / "metrics/epilog.prom")} if metrics else {}
+    assert salt_call("state.apply", "epilog", pillar=c.pillar(**extra)).returncode == 0
+    assert ("epilog_metrics()" in (c.release / "epilog.sh").read_text()) == metrics
     ret = subprocess.run(["shellcheck", "-s", "bash", *[str(c.release / s) for s in SCRIPTS]], capture_output=True, text=True)
     assert ret.returncode == 0, ret.stdout
 
