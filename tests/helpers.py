@@ -217,9 +217,11 @@ class Chain:
         lines = []
         for path in (Path(f"{self.record_file}.1"), self.record_file):
             try:
-                lines += self.view(path).read_text().splitlines()
+                text = self.view(path).read_text()
             except FileNotFoundError:
-                pass
+                continue
+            # a line being appended right now (no newline yet) is not one yet
+            lines += text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]
         return [json.loads(line) for line in lines]
 
     def log_text(self):

@@ -1032,15 +1032,36 @@ def _records(settings):
         for line in data.splitlines():
             try:
                 record = json.loads(line.decode("utf-8", "replace"))
-            except ValueError:
+            except (ValueError, RecursionError):
                 record = None
-            if isinstance(record, dict) and record.get("v") == 1 and isinstance(record.get("parts"), list):
+            if _record_ok(record):
                 records.append(record)
             else:
                 bad += 1
         if bad:
             problems.append(f"{path}: {bad} line(s) that are not decision records, skipped")
     return records, problems
+
+
+def _finite(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e13
+
+
+def _record_ok(record):
+    """RECORD has the schema the runner writes (v 1), in the types the
+    report reads: anything else is a line not to trust, not a crash."""
+    if not isinstance(record, dict) or record.get("v") != 1 or not isinstance(record.get("parts"), list):
+        return False
+    if any(record.get(key) is not None and not isinstance(record[key], dict) for key in ("other", "guard")):
+        return False
+    if any(record.get(key) is not None and not _finite(record[key]) for key in ("start", "ms", "warnings", "job", "uid")):
+        return False
+    for part in record["parts"]:
+        if not isinstance(part, dict) or not isinstance(part.get("part"), str):
+            return False
+        if part.get("facts") is not None and not isinstance(part["facts"], dict):
+            return False
+    return True
 
 
 def _epoch(value, now):
@@ -1052,6 +1073,10 @@ def _epoch(value, now):
     if isinstance(value, datetime.date):  # the CLI reads 2026-12-01 as a date
         return datetime.datetime(value.year, value.month, value.day).timestamp()
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        # the CLI reads 10:00 as 600: a number is an epoch only from 2001 on
+        if not 1e9 <= value < 1e11:
+            raise CommandExecutionError(f"since={value!r} is not an epoch (seconds since 1970, from 2001 on): "
+                                        "give a duration (12h), or a date and time (2026-12-01T10:00)")
         return float(value)
     text = str(value).strip()
     found = _DURATION.match(text)
@@ -1065,7 +1090,10 @@ def _epoch(value, now):
 
 
 def _when(epoch):
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(epoch)) if isinstance(epoch, (int, float)) else None
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(epoch)) if _finite(epoch) else None
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def _decision(record):
@@ -1193,7 +1221,8 @@ def report(since=None, user=None, job=None):
                 summary["sweeps"] += 1
                 for kind, counts in sweep_["counts"].items():
                     for what in ("removed", "kept"):
-                        if kind in summary["residue"][what] and isinstance((counts or {}).get(what), int):
+                        if kind in summary["residue"][what] and isinstance(counts, dict) \
+                                and isinstance(counts.get(what), int):
                             summary["residue"][what][kind] += counts[what]
     summary["users_acted_on"] = sorted(acted_on)
     return summary

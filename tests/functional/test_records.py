@@ -75,10 +75,11 @@ def test_a_spared_and_an_unknown_job_end_are_recorded_with_their_reasons(own_cha
         "part": "40-lastuserjob-processes", "ran": False, "why": "other jobs: unknown"}
 
 
-@pytest.mark.parametrize("name", ['x"y', "back\\slash", "new\nline", "-v", "\x1b[2J", "é\udcff"])
+@pytest.mark.parametrize("name", ['x"y', "back\\slash", "new\nline", "-v", "\x1b[2J", "é\udcff", '"\\' * 1500])
 def test_a_name_never_breaks_the_record(own_chain, name):
     """Names are data: whatever SLURM_JOB_USER holds, the record is one line
-    of JSON, with what is not printable ASCII shown as ?, as in the log."""
+    of JSON, with what is not printable ASCII shown as ?, as in the log, and
+    at most 256 characters of it (the record stays one write)."""
     c = own_chain()
     env = slurmd_env("nobody-here", uid=4000)
     env["SLURM_JOB_USER"] = name.encode("utf-8", "surrogateescape")
@@ -86,8 +87,10 @@ def test_a_name_never_breaks_the_record(own_chain, name):
                                                                for k, v in env.items()}, capture_output=True)
     assert ret.returncode == 0, ret
     (record,) = c.records()
-    shown = "".join(ch if " " <= ch <= "~" else "?" for ch in name.encode("utf-8", "surrogateescape").decode("latin-1"))
+    raw = name.encode("utf-8", "surrogateescape").decode("latin-1")[:256]
+    shown = "".join(ch if " " <= ch <= "~" else "?" for ch in raw)
     assert record["user"] == shown and record["other"]["answer"] == "unknown"
+    assert len(c.record_file.read_bytes()) < 4000
 
 
 def test_misbehaving_site_parts_are_recorded_and_the_record_stays_small(own_chain):
