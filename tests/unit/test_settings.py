@@ -22,6 +22,14 @@ DEFAULTS = yaml.safe_load((REPO / "salt/epilog/defaults.yaml").read_text())["epi
 
 def render(tmp_path, pillar, os_family="Debian", validate=True):
     """settings.jinja's JSON for PILLAR on a node of OS_FAMILY."""
+    text = render_text(tmp_path, (REPO / "salt/epilog/settings.jinja").read_text(), pillar, os_family, validate)
+    return yaml.safe_load(text)
+
+
+def render_text(tmp_path, template, pillar, os_family="Debian", validate=True, **more):
+    """TEMPLATE rendered by Salt's Jinja as the formula's files are (the
+    formula's tree as salt://, PILLAR and the grains as data, MORE in the
+    context)."""
     opts = copy.deepcopy(salt.config.DEFAULT_MINION_OPTS)
     opts.update({"file_roots": {"base": [str(REPO / "salt")]}, "file_client": "local", "cachedir": str(tmp_path)})
 
@@ -39,9 +47,8 @@ def render(tmp_path, pillar, os_family="Debian", validate=True):
         "slsutil.merge": lambda a, b, merge_lists=False: dictupdate.merge(a, b, merge_lists=merge_lists),
     }
     context = {"opts": opts, "saltenv": "base", "salt": functions, "tpldir": "epilog", "validate": validate,
-               "grains": {"os_family": os_family}, "pillar": pillar}
-    text = salt_templates.render_jinja_tmpl((REPO / "salt/epilog/settings.jinja").read_text(), context)
-    return yaml.safe_load(text)
+               "grains": {"os_family": os_family}, "pillar": pillar, **more}
+    return salt_templates.render_jinja_tmpl(template, context)
 
 
 def test_the_defaults_are_the_settings_of_an_empty_pillar(tmp_path):
