@@ -1116,7 +1116,7 @@ def _decision(record):
 
 
 def _part_facts(record):
-    """{part: (ran, rc, facts or why)} of one record."""
+    """{part name: its entry (ran, rc, ms and facts, or why)} of one record."""
     return {part.get("part"): part for part in record["parts"] if isinstance(part, dict)}
 
 
