@@ -140,7 +140,8 @@ def sweep(test=None, job=None, user=None, budget=None):
         The job's user; needed with ``job``.
 
     budget
-        Seconds the sweep may take (default ``epilog:sweep_budget``).
+        Whole seconds the sweep may take, as ``epilog:sweep_budget`` allows
+        (its default).
 
     CLI Example:
 
@@ -152,7 +153,17 @@ def sweep(test=None, job=None, user=None, budget=None):
     """
     if test is None:
         test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
-    settings, _ = _settings()
+    settings, rules, _ = _config()
+    if budget is not None:
+        seconds = rules["seconds"]
+        # The pillar's rule for sweep_budget, from rules.yaml: a whole number
+        # in its range (True is no number of seconds).
+        if isinstance(budget, bool) or not (isinstance(budget, int) or (
+                isinstance(budget, str) and budget.isascii() and budget.isdigit())) \
+                or not seconds["min"] <= int(budget) <= seconds["max"]:
+            raise CommandExecutionError(f"budget ({budget!r}) must be a whole number of seconds from "
+                                        f"{seconds['min']} to {seconds['max']}")
+        budget = int(budget)
     uid = None
     if user is not None:
         import pwd  # pylint: disable=import-outside-toplevel

@@ -74,10 +74,16 @@ def test_salt_call_json_output_is_pure_json(accounts, site, sweeper):
     assert set(data["local"]["would_remove"]) == {"/tmp/.X11-unix/X80", "/tmp/.X80-lock"}
 
 
-def test_sweep_that_cannot_run_exits_non_zero(salt_call):
-    ret = salt_call("epilog.sweep", "job=not-a-number")
+@pytest.mark.parametrize("arg, message", [
+    ("job=not-a-number", "job must be a numeric Slurm job id"),
+    # budget= is held to the pillar's rule for sweep_budget (rules.yaml's seconds)
+    ("budget=0.5", "budget (0.5) must be a whole number of seconds from 1 to 3600"),
+    ("budget=3601", "budget (3601) must be a whole number of seconds from 1 to 3600"),
+])
+def test_sweep_that_cannot_run_exits_non_zero(salt_call, arg, message):
+    ret = salt_call("epilog.sweep", "test=True", arg)
     assert ret.returncode != 0
-    assert "job must be a numeric Slurm job id" in ret.stdout + ret.stderr
+    assert message in ret.stdout + ret.stderr
 
 
 def test_the_module_has_no_settings_of_its_own(salt_factories, salt_line, tmp_path):

@@ -84,8 +84,10 @@ def test_scratch_patterns_match_the_job_and_only_that_job(pattern, name, matches
     ({"patterns": ["slurm*"]}, "must hold {jobid} once"),
     ({"patterns": ["a/{jobid}"]}, "must hold {jobid} once"),
     ({"patterns": ["{jobid}{jobid}"]}, "must hold {jobid} once"),
-    ({"budget": "0"}, "between 0 and 3600"),
-    ({"budget": 3601}, "between 0 and 3600"),
+    ({"budget": "0"}, "a positive number of seconds"),
+    ({"budget": "-1"}, "a positive number of seconds"),
+    ({"budget": "inf"}, "a positive number of seconds"),
+    ({"budget": "nan"}, "a positive number of seconds"),
     ({"budget": "ten"}, "a number of seconds"),
 ])
 def test_the_sweep_refuses_what_it_cannot_run_safely(kwargs, message):
