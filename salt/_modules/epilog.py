@@ -9,6 +9,7 @@ on a node: changing it changes no release.
 """
 
 import datetime
+import fcntl
 import importlib.util
 import json
 import os
@@ -59,8 +60,8 @@ def _config(validate=True):
     the formula's map.jinja (defaults.yaml, osfamilymap.yaml, the pillar) with
     the rules of rules.yaml, as the states see them, and layout.yaml, which
     names what the states lay down. Rendered from the formula's
-    settings.jinja, so the module has no defaults, merge, rules or file names
-    of its own, and a bad pillar fails here with the message the state gives.
+    settings.jinja, so the module has no defaults, merge, rules or names of
+    laid-down files of its own, and a bad pillar fails here with the message the state gives.
     VALIDATE=False: the same merge without the checks, for the recovery
     operations, which must work under the pillar that broke a deploy; they
     check the one setting they use themselves (_recovery_settings)."""
@@ -97,6 +98,9 @@ class _Chain:
         # stage: the runner's path in a release, which is also its entry's name
         self.runners = {stage: scripts[f"runner-{stage}"] for stage in ("epilog", "prolog")}
         self.site_dirs = list(layout["directories"])
+        # stage: the directory of its parts, in a release and beside it
+        self.parts_dirs = {script["stage"]: os.path.dirname(script["path"]) for script in layout["scripts"]
+                           if os.path.dirname(script["path"])}
 
 
 def _settings():
@@ -126,7 +130,7 @@ def sweep(test=None, job=None, user=None, budget=None):
     Returns a report: ``removed`` (or, with ``test=True``, ``would_remove``),
     ``kept`` with a reason for each path, ``errors``, ``skipped`` and
     ``counts`` per kind. Raises an error (exit code 1) only when the sweep
-    itself cannot run.
+    itself cannot run: a bad ``job`` or ``budget``, an unknown ``user``.
 
     test
         Report what would be removed and remove nothing. Defaults to the
@@ -140,8 +144,8 @@ def sweep(test=None, job=None, user=None, budget=None):
         The job's user; needed with ``job``.
 
     budget
-        Whole seconds the sweep may take, as ``epilog:sweep_budget`` allows
-        (its default).
+        Whole seconds the sweep may take, 1 to 3600 (rules.yaml's seconds;
+        default ``epilog:sweep_budget``).
 
     CLI Example:
 
@@ -365,8 +369,8 @@ def _slurmd_conf_paths():
 def _slurm_confs(settings, also=()):
     """Every slurm.conf that may be the node's, in the order verify trusts
     them: $SLURM_CONF, slurm_config_dir/slurm.conf, /etc/slurm/slurm.conf,
-    what a running slurmd reads, and a configless node's cache in its
-    spool; then the slurm.conf in each directory of ALSO. Returns
+    the slurm.conf in each directory of ALSO, what a running slurmd reads,
+    and a configless node's cache in its spool. Returns
     [(path, how)] of those that exist."""
     candidates = [(os.environ.get("SLURM_CONF"), "SLURM_CONF"),
                   (os.path.join(settings["slurm_config_dir"], "slurm.conf"), "slurm_config_dir"),
@@ -491,7 +495,8 @@ def _chain_time_problems(settings, chain, conf_found):
     deadline = int(settings["chain_timeout"])
     parts = set()
     # the release's own parts and the site's: the runner runs both
-    for parts_dir in (os.path.join(chain.current, "epilog.d"), os.path.join(chain.confdir, "epilog.d")):
+    for parts_dir in (os.path.join(chain.current, chain.parts_dirs["epilog"]),
+                      os.path.join(chain.confdir, chain.parts_dirs["epilog"])):
         try:
             parts.update(name for name in os.listdir(parts_dir) if re.fullmatch(r"[0-9]{2}-[A-Za-z0-9_-]+", name)
                          and os.access(os.path.join(parts_dir, name), os.X_OK))
@@ -769,7 +774,7 @@ def rollback(test=None, checkpoint=None):
     current before the current one, with one rename: a job end that has
     started keeps the release it started with, the next one runs the
     previous release, complete. The release must still match the sha256
-    manifest recorded when it was first made current.
+    manifest recorded when it was last made current.
 
     Only releases of the chain count (epilog-releases/ under
     slurm_config_dir; ``epilog.clean`` removes them all). With no previous
@@ -1019,38 +1024,88 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _RESIDUE_KINDS = ("x_socket", "x_lock", "clsbd", "scratch", "user_files")
 
 
+def _open_record(path, problems):
+    """An O_RDONLY handle on PATH, a regular file only root can write, opened
+    without following a symlink; None (and why, in PROBLEMS) otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        problems.append(f"{path}: not read ({exc.strerror})")
+        return None
+    handle = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        handle.close()
+        problems.append(f"{path} is not a regular file only root can write: not read")
+        return None
+    return handle
+
+
+def _lock_current(path, problems):
+    """The current record file, opened and share-locked while it is still the
+    one at PATH: the runner rotates it (renames it to .1) only under an
+    exclusive lock on it, so the two generations read under this lock are
+    the two of one moment, none lost or counted twice. A rotation waits for
+    the lock at most 1 s and is then left to the next job end. None when
+    there is no current file (or it cannot be read)."""
+    for _ in range(20):
+        handle = _open_record(path, problems)
+        if handle is None:
+            return None
+        deadline = time.monotonic() + 2
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    problems.append(f"{path}: read without its lock (a rotation held it for 2 s)")
+                    return handle
+                time.sleep(0.01)
+        try:
+            now = os.lstat(path)
+        except FileNotFoundError:
+            now = None
+        if now is not None and os.path.samestat(now, os.fstat(handle.fileno())):
+            return handle
+        handle.close()  # rotated between the open and the lock: the new one
+    problems.append(f"{path}: rotated 20 times while the report read it: not read")
+    return None
+
+
 def _records(settings):
     """The node's decision records, oldest first (<record_file>.1, then
     record_file), and what could not be read. Only regular files of root's
-    are read, never through a symlink; a line that is not a record of this
-    schema is counted, not trusted."""
+    are read, never through a symlink, both under a shared lock on the
+    current one (_lock_current); a line that is not a record of this schema
+    is counted, not trusted, and a last line without its newline is one
+    still being written."""
     records, problems = [], []
-    for path in (settings["record_file"] + ".1", settings["record_file"]):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            problems.append(f"{path}: not read ({exc.strerror})")
-            continue
-        with os.fdopen(fd, "rb") as handle:
-            st = os.fstat(handle.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
-                problems.append(f"{path} is not a regular file only root can write: not read")
+    current = _lock_current(settings["record_file"], problems)
+    try:
+        older = _open_record(settings["record_file"] + ".1", problems)
+        for path, handle in ((settings["record_file"] + ".1", older), (settings["record_file"], current)):
+            if handle is None:
                 continue
-            data = handle.read()
-        bad = 0
-        for line in data.splitlines():
-            try:
-                record = json.loads(line.decode("utf-8", "replace"))
-            except (ValueError, RecursionError):
-                record = None
-            if _record_ok(record):
-                records.append(record)
-            else:
-                bad += 1
-        if bad:
-            problems.append(f"{path}: {bad} line(s) that are not decision records, skipped")
+            with handle:
+                data = handle.read()
+            bad = 0
+            for line in data.split(b"\n")[:-1]:
+                try:
+                    record = json.loads(line.decode("utf-8", "replace"))
+                except (ValueError, RecursionError):
+                    record = None
+                if _record_ok(record):
+                    records.append(record)
+                else:
+                    bad += 1
+            if bad:
+                problems.append(f"{path}: {bad} line(s) that are not decision records, skipped")
+    finally:
+        if current is not None:
+            current.close()
     return records, problems
 
 

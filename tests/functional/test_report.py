@@ -1,6 +1,9 @@
 """epilog.report and explain's last job end, through a minion, over the
 records that real job ends of the laid-down chain wrote."""
+import concurrent.futures
+import fcntl
 import json
+import os
 import subprocess
 import time
 
@@ -64,3 +67,57 @@ def test_explain_adds_the_users_last_recorded_job_end(node):  # noqa: F811 - the
     assert json.loads(said.split(": ", 1)[1])["kill"]["signalled"] >= 1, said
     assert last["localusers"]["answer"] == "act" and last["other_jobs"]["answer"] == "no"
     assert node.run("explain", "user=s.shin")["last_job_end"].startswith("no job end of 's.shin' recorded")
+
+
+def _held_by_another_process(path):
+    """Some process other than this one has PATH open."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == str(path):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def test_report_reads_both_generations_of_one_moment(node):  # noqa: F811 - the fixture
+    """The runner rotates the record file only under an exclusive lock on it.
+    A report that meets a rotation under way waits for it, then reads the two
+    generations after it: every record once (the generation the rotation
+    dropped is gone), and a last line still being written is no problem."""
+    node.apply()
+    job_end(node, "je.kim", 30)
+    job_end(node, "je.kim", 31)
+    current = node.base / "records.jsonl"
+    older = json.loads(current.read_text().splitlines()[0])
+    (node.base / "records.jsonl.1").write_text(json.dumps({**older, "job": 29}) + "\n")
+    (node.base / "records.jsonl.1").chmod(0o600)
+    rotating = os.open(current, os.O_RDONLY)
+    try:
+        fcntl.flock(rotating, fcntl.LOCK_EX)  # as the runner does, to rotate
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(node.run, "report")
+            deadline = time.monotonic() + 120
+            while not _held_by_another_process(current):
+                assert not pending.done(), f"the report did not wait for the rotation: {pending.result()}"
+                assert time.monotonic() < deadline, "the report never opened the record file"
+                time.sleep(0.05)
+            os.rename(current, node.base / "records.jsonl.1")
+            fd = os.open(current, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, (json.dumps({**older, "job": 32}) + "\n" + '{"v":1,"stage":"epi').encode())
+            os.close(fd)
+            fcntl.flock(rotating, fcntl.LOCK_UN)
+            summary = pending.result(timeout=300)
+    finally:
+        os.close(rotating)
+    assert summary["problems"] == [] and summary["records"] == 3, summary
+    assert {r["job"] for r in node.run("report", "user=je.kim", "job=30")["records"]} == {30}
+    assert node.run("report", "job=29")["records"] == []
+    assert [r["job"] for r in node.run("report", "job=32")["records"]] == [32]
