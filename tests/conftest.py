@@ -43,7 +43,8 @@ TEST_LIMIT = 600
 def pytest_configure(config):
     config.addinivalue_line("markers", "limit(seconds): this test's own limit instead of the default")
     if os.environ.get("CI") == "true" and config.option.durations is None:
-        # CI's log names the slowest tests: .ci/run has a 90-minute bound.
+        # CI's log names the slowest tests: the whole .ci/run must stay well
+        # under 90 minutes.
         config.option.durations = 25
 
 

@@ -109,11 +109,18 @@ def slurmd_env(user, job=4242, uid=None, **extra):
     return env
 
 
+def as_user(user):
+    """The command prefix that runs what follows as USER (uid, gid, no other
+    groups): the one way the tests act as an ordinary user."""
+    uid, gid = ids_of(user)
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
+
+
 def spawn_as(user, *argv, prefix=()):
     """Start a real process as USER in its own session (a job's stray), after
-    PREFIX (a namespace to enter, say). The tests' one process spawner."""
-    uid, gid = ids_of(user)
-    cmd = [*prefix, "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv]
+    PREFIX (a namespace to enter, say). The tests' one process spawner
+    (hostile() is the same with a pipe for its first line)."""
+    cmd = [*prefix, *as_user(user), *argv]
     return subprocess.Popen(
         cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -198,11 +205,13 @@ class Chain:
 
     @property
     def localusers(self):
-        return self.view(self.release / "localusers.backup")
+        return self.view(self.release / laid_down("localusers-backup"))
 
     def part(self, name):
-        sub = "prolog.d" if name.startswith("50-") else "epilog.d"
-        return self.release / sub / name
+        """The formula's part NAME in the current release (where layout.yaml
+        puts it)."""
+        return self.release / next(script["path"] for script in LAYOUT["scripts"]
+                                   if script["path"].endswith(f"/{name}"))
 
     def run(self, script, env, prefix=(), timeout=60):
         cmd = [*self.prefix, *prefix, str(script)]
@@ -404,9 +413,8 @@ def hostile(user, *argv, prefix=(), reaper=None):
     it prints ("ready", "locked", ...). Returns (Popen, that line). With
     REAPER (the fighter helper), ARGV runs under `fighter reap`, which reaps
     its orphans as a node's init would."""
-    uid, gid = ids_of(user)
     reap = [str(reaper), "reap"] if reaper else []
-    proc = subprocess.Popen([*prefix, *reap, "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv],
+    proc = subprocess.Popen([*prefix, *reap, *as_user(user), *argv],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             start_new_session=True)
     line = proc.stdout.readline().strip()

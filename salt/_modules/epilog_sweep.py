@@ -893,8 +893,8 @@ def _check_args(job, patterns, budget, uid):
                 f"scratch pattern {pattern!r} must hold {{jobid}} once and only letters, digits and . _ - * ?, "
                 "and may not start with a wildcard or a dot")
     # Only what a deadline needs: a finite time ahead. The range a site may
-    # set is rules.yaml's (seconds), checked where a budget comes in, by
-    # map.jinja for the pillar and by epilog.sweep for budget=.
+    # set is rules.yaml's (seconds), checked by map.jinja for the pillar and
+    # by epilog.sweep for budget=; main(), by hand, takes any time ahead.
     try:
         budget = float(budget)
     except (TypeError, ValueError) as exc:

@@ -17,6 +17,7 @@ import pytest
 from tests.functional.conftest import add_part
 from tests.helpers import (
     ACCOUNTS,
+    as_user,
     end,
     hostile,
     kill_all_of,
@@ -390,8 +391,7 @@ def compromised_log_dir(own_chain, base):
 
 
 def as_slurm(*argv):
-    pw = pwd.getpwnam("slurm")
-    subprocess.run(["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups", *argv], check=True)
+    subprocess.run([*as_user("slurm"), *argv], check=True)
 
 
 def test_a_symlink_swapped_in_by_the_slurm_user_is_never_followed(own_chain, tmp_path, reachable, alice_cleanup):

@@ -15,6 +15,7 @@ import pytest
 from tests.functional.test_sweep import sweep
 from tests.helpers import (
     Chain,
+    as_user,
     hostile,
     ids_of,
     laid_down,
@@ -98,16 +99,14 @@ def fuse(site):
         for directory in (src, path):
             site.path(directory).mkdir()
             os.chown(site.path(directory), uid, gid)
-        subprocess.run([*site.prefix, "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-                        "bindfs", "--no-allow-other", src, path], check=True, timeout=30)
+        subprocess.run([*site.prefix, *as_user("alice"), "bindfs", "--no-allow-other", src, path],
+                       check=True, timeout=30)
         mounts.append(path)
         with pytest.raises(PermissionError):
             os.lstat(site.path(path))  # precondition: root is refused
     yield mount
-    uid, gid = ids_of("alice")
     for path in mounts:
-        subprocess.run([*site.prefix, "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-                        "fusermount3", "-u", path], capture_output=True, timeout=30)
+        subprocess.run([*site.prefix, *as_user("alice"), "fusermount3", "-u", path], capture_output=True, timeout=30)
 
 
 def test_an_entry_that_refuses_root_is_kept_and_reported_and_the_rest_is_swept(sweeper, accounts, site, fuse):
