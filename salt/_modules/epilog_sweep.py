@@ -87,14 +87,20 @@ LOCK_CONTENT = re.compile(rb" *([0-9]{1,10})\n\Z")
 PATTERN_OK = re.compile(r"([A-Za-z0-9_-][A-Za-z0-9._*?-]*)?\{jobid\}[A-Za-z0-9._*?-]*\Z")
 
 
+_ESCAPED = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def _show(name):
-    """A path for reports and logs: any byte shown, newlines escaped."""
+    """A path for reports and logs, on one line and printable whatever the
+    name holds: a backslash doubled, \\n \\r \\t, any other character that
+    is not printable (an ESC of a terminal sequence, DEL, NEL, a line
+    separator) as \\xNN or \\uNNNN, a byte that is not UTF-8 as \\\\xNN."""
     if name.isprintable() and "\\" not in name:
         return name  # what the rest would return, the common case at once
     # (not os.fsencode: under LC_ALL=C, python 3.6's file system encoding is
     # ascii, and a name of other letters would raise)
     text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    return "".join(_ESCAPED.get(char) or (char if char.isprintable() else ascii(char)[1:-1]) for char in text)
 
 
 def _root_only(directory):
@@ -882,9 +888,9 @@ def _scratch_regex(pattern, job):
 def _check_args(job, patterns, budget, uid):
     if job is not None:
         job = str(job)
-        if not job.isdigit():
+        if not _digits(job):
             raise SweepError(f"job must be a numeric Slurm job id, got {job!r}")
-        if uid is None or not str(uid).isdigit() or not 1 <= int(uid) <= 4294967294:
+        if uid is None or not _digits(str(uid)) or not 1 <= int(uid) <= 4294967294:
             raise SweepError("a job's scratch is removed only with the job's user (its uid): give user=")
         uid = int(uid)
     for pattern in patterns:

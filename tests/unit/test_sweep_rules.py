@@ -78,6 +78,9 @@ def test_scratch_patterns_match_the_job_and_only_that_job(pattern, name, matches
     ({"job": "12a", "uid": 50101}, "numeric Slurm job id"),
     ({"job": "12"}, "only with the job's user"),
     ({"job": "12", "uid": 0}, "only with the job's user"),
+    # str.isdigit takes other scripts' digits, which int() reads as numbers
+    ({"job": "\u0661\u0662"}, "a numeric Slurm job id"),
+    ({"job": "12", "uid": "\u0661\u0662"}, "only with the job's user"),
     ({"job": "12", "uid": 4294967295}, "only with the job's user"),
     ({"patterns": ["*{jobid}"]}, "may not start with a wildcard or a dot"),
     ({"patterns": [".x{jobid}"]}, "may not start with a wildcard or a dot"),
@@ -103,6 +106,10 @@ def test_the_sweep_takes_a_plain_job_with_its_uid():
 @pytest.mark.parametrize("name,shown", [
     ("/tmp/a\nb", "/tmp/a\\nb"), ("/tmp/a\\nb", "/tmp/a\\\\nb"), ("/tmp/\t\r", "/tmp/\\t\\r"),
     (os.fsdecode(b"/tmp/\xff"), "/tmp/\\\\xff"),
+    # any character that is not printable: a terminal sequence never reaches
+    # an operator's terminal through the log or a report
+    ("/tmp/\x1b[2J", "/tmp/\\x1b[2J"), ("/tmp/a\x7fb\x85", "/tmp/a\\x7fb\\x85"),
+    ("/tmp/u\u2028v\u202e", "/tmp/u\\u2028v\\u202e"), ("/tmp/\x00\x01", "/tmp/\\x00\\x01"),
 ])
 def test_a_name_is_shown_on_one_line_whatever_it_holds(name, shown):
     assert sweep._show(name) == shown
@@ -114,7 +121,8 @@ def test_a_plain_name_is_shown_as_the_escaping_would_show_it():
     a file name agrees."""
     def escaped(name):
         text = os.fsencode(name).decode("utf-8", "backslashreplace")
-        return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+        text = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+        return "".join(char if char.isprintable() or char == "\\" else ascii(char)[1:-1] for char in text)
 
     samples = [chr(c) for c in range(1, 0x3000)] + ["\udcff", "\U0001f600", "\u2028", "\x7f", "\x85", "\ufeff"]
     for char in samples:
