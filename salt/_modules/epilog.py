@@ -4,12 +4,12 @@ The epilog formula's execution module: ``epilog.sweep``, ``verify``,
 
 The residue sweep itself is ``epilog_sweep.py`` beside this file (synced with
 it from ``_modules/``), the very file the state lays down in each release for
-part 45; ``epilog.sweep`` loads and runs it. Nothing in this file is laid down
-on a node: changing it changes no release.
+part 45; ``epilog.sweep`` loads and runs it. The decision-record reader
+behind ``report`` and ``explain``'s last job end is ``epilog_records.py``,
+beside it too. Nothing in this file or that one is laid down on a node:
+changing them changes no release.
 """
 
-import datetime
-import fcntl
 import importlib.util
 import json
 import os
@@ -25,11 +25,11 @@ from salt.exceptions import CommandExecutionError
 __virtualname__ = "epilog"
 
 
-def _load_sweep():
-    """epilog_sweep.py, synced beside this file: (module, None) or (None, why)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "epilog_sweep.py")
+def _load_beside(name):
+    """NAME.py, synced beside this file: (module, None) or (None, why)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
     try:
-        spec = importlib.util.spec_from_file_location("epilog_sweep", path)
+        spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     except Exception as exc:  # noqa: BLE001 - whatever it is, the loader gets a reason, not a traceback
@@ -37,7 +37,10 @@ def _load_sweep():
     return module, None
 
 
-_sweep, _SWEEP_MISSING = _load_sweep()
+# The residue sweep (epilog_sweep.py, also laid down in each release for
+# part 45) and the decision-record reader (epilog_records.py).
+_sweep, _SWEEP_MISSING = _load_beside("epilog_sweep")
+_rec, _RECORDS_MISSING = _load_beside("epilog_records")
 if _sweep is not None:
     _root_only, _root_file, _kind_of = _sweep._root_only, _sweep._root_file, _sweep._kind_of
     bound_socket_files = _sweep.bound_socket_files
@@ -49,8 +52,8 @@ TOOLS = ["bash", "timeout", "grep", "id", "stat", "perl", "flock", "cp", "mv", "
 def __virtual__():
     if not sys.platform.startswith("linux"):
         return (False, "the epilog module needs Linux (/proc and /tmp/.X11-unix)")
-    if _sweep is None:
-        return (False, _SWEEP_MISSING)
+    if _sweep is None or _rec is None:
+        return (False, _SWEEP_MISSING or _RECORDS_MISSING)
     return __virtualname__
 
 
@@ -162,12 +165,11 @@ def sweep(test=None, job=None, user=None, budget=None):
         seconds = rules["seconds"]
         # The pillar's rule for sweep_budget, from rules.yaml: a whole number
         # in its range (True is no number of seconds).
-        if isinstance(budget, bool) or not (isinstance(budget, int) or (
-                isinstance(budget, str) and budget.isascii() and budget.isdigit())) \
-                or not seconds["min"] <= int(budget) <= seconds["max"]:
+        whole = int(budget) if isinstance(budget, str) and re.fullmatch(r"[0-9]{1,9}", budget) else budget
+        if isinstance(whole, bool) or not isinstance(whole, int) or not seconds["min"] <= whole <= seconds["max"]:
             raise CommandExecutionError(f"budget ({budget!r}) must be a whole number of seconds from "
                                         f"{seconds['min']} to {seconds['max']}")
-        budget = int(budget)
+        budget = whole
     uid = None
     if user is not None:
         import pwd  # pylint: disable=import-outside-toplevel
@@ -871,21 +873,6 @@ _ACTS = {
 EXPLAIN_PROTOCOL = b"\n# epilog-explain-protocol: 1\n"
 
 
-def _guard_answer(line):
-    """(answer, system account?) of one line the localusers guard printed."""
-    if line.startswith("listed in "):
-        return "listed", False
-    if line.startswith("not listed, but uid"):
-        return "not listed", True
-    if line.startswith("not listed in "):
-        return "not listed", False
-    if line.startswith("localusers lookup failed"):
-        return "lookup error", False
-    if line.endswith("the user is unknown, doing nothing"):
-        return "unknown user", False
-    return None, False
-
-
 def explain(user, job=None):
     """
     Tell what the epilog would do for USER on this node if a job of USER
@@ -984,7 +971,7 @@ def explain(user, job=None):
         if found:
             other = {"answer": found.group(1), "why": found.group(2)}
             continue
-        answer, is_system = _guard_answer(text)
+        answer, is_system = _rec.guard_answer(text)
         if answer:
             localusers.update(answer=answer, why=text)
             system, guard_says = is_system, text
@@ -1011,198 +998,11 @@ def explain(user, job=None):
     }
     if uid is None:
         report["account"] = f"no account {user!r} on this node: explained as a job end whose user does not resolve"
-    records, _ = _records(settings)
+    records, _ = _rec.read(settings["record_file"])
     last = [rec for rec in records if rec.get("stage") == "epilog" and rec.get("user") == user]
-    report["last_job_end"] = _what_was_done(last[-1]) if last else \
+    report["last_job_end"] = _rec.what_was_done(last[-1]) if last else \
         f"no job end of {user!r} recorded on this node (in {settings['record_file']} and its .1)"
     return report
-
-
-# -- the decision records: one JSON line per job end, by the runner ------------
-_DURATION = re.compile(r"([0-9]{1,9})\s*([smhdw])\Z")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_RESIDUE_KINDS = ("x_socket", "x_lock", "clsbd", "scratch", "user_files")
-
-
-def _open_record(path, problems):
-    """An O_RDONLY handle on PATH, a regular file only root can write, opened
-    without following a symlink; None (and why, in PROBLEMS) otherwise."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        problems.append(f"{path}: not read ({exc.strerror})")
-        return None
-    handle = os.fdopen(fd, "rb")
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
-        handle.close()
-        problems.append(f"{path} is not a regular file only root can write: not read")
-        return None
-    return handle
-
-
-def _lock_current(path, problems):
-    """The current record file, opened and share-locked while it is still the
-    one at PATH: the runner rotates it (renames it to .1) only under an
-    exclusive lock on it, so the two generations read under this lock are
-    the two of one moment, none lost or counted twice. A rotation waits for
-    the lock at most 1 s and is then left to the next job end. None when
-    there is no current file (or it cannot be read)."""
-    for _ in range(20):
-        handle = _open_record(path, problems)
-        if handle is None:
-            return None
-        deadline = time.monotonic() + 2
-        while True:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    problems.append(f"{path}: read without its lock (a rotation held it for 2 s)")
-                    return handle
-                time.sleep(0.01)
-        try:
-            now = os.lstat(path)
-        except FileNotFoundError:
-            now = None
-        if now is not None and os.path.samestat(now, os.fstat(handle.fileno())):
-            return handle
-        handle.close()  # rotated between the open and the lock: the new one
-    problems.append(f"{path}: rotated 20 times while the report read it: not read")
-    return None
-
-
-def _records(settings):
-    """The node's decision records, oldest first (<record_file>.1, then
-    record_file), and what could not be read. Only regular files of root's
-    are read, never through a symlink, both under a shared lock on the
-    current one (_lock_current); a line that is not a record of this schema
-    is counted, not trusted, and a last line without its newline is one
-    still being written."""
-    records, problems = [], []
-    current = _lock_current(settings["record_file"], problems)
-    try:
-        older = _open_record(settings["record_file"] + ".1", problems)
-        for path, handle in ((settings["record_file"] + ".1", older), (settings["record_file"], current)):
-            if handle is None:
-                continue
-            with handle:
-                data = handle.read()
-            bad = 0
-            for line in data.split(b"\n")[:-1]:
-                try:
-                    record = json.loads(line.decode("utf-8", "replace"))
-                except (ValueError, RecursionError):
-                    record = None
-                if _record_ok(record):
-                    records.append(record)
-                else:
-                    bad += 1
-            if bad:
-                problems.append(f"{path}: {bad} line(s) that are not decision records, skipped")
-    finally:
-        if current is not None:
-            current.close()
-    return records, problems
-
-
-def _finite(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e13
-
-
-def _record_ok(record):
-    """RECORD has the schema the runner writes (v 1), in the types the
-    report reads: anything else is a line not to trust, not a crash."""
-    if not isinstance(record, dict) or record.get("v") != 1 or not isinstance(record.get("parts"), list):
-        return False
-    if any(record.get(key) is not None and not isinstance(record[key], dict) for key in ("other", "guard")):
-        return False
-    if any(record.get(key) is not None and not _finite(record[key]) for key in ("start", "ms", "warnings", "job", "uid")):
-        return False
-    for part in record["parts"]:
-        if not isinstance(part, dict) or not isinstance(part.get("part"), str):
-            return False
-        if part.get("facts") is not None and not isinstance(part["facts"], dict):
-            return False
-    return True
-
-
-def _epoch(value, now):
-    """since= as seconds since the epoch: a duration back from NOW (90s, 30m,
-    12h, 1d, 2w), an epoch, or a time (2026-12-01, 2026-12-01T10:00, with or
-    without a zone; without one, the node's local time)."""
-    if isinstance(value, datetime.datetime):
-        return value.timestamp()
-    if isinstance(value, datetime.date):  # the CLI reads 2026-12-01 as a date
-        return datetime.datetime(value.year, value.month, value.day).timestamp()
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        # the CLI reads 10:00 as 600: a number is an epoch only from 2001 on
-        if not 1e9 <= value < 1e11:
-            raise CommandExecutionError(f"since={value!r} is not an epoch (seconds since 1970, from 2001 on): "
-                                        "give a duration (12h), or a date and time (2026-12-01T10:00)")
-        return float(value)
-    text = str(value).strip()
-    found = _DURATION.match(text)
-    if found:
-        return now - int(found.group(1)) * _UNIT_SECONDS[found.group(2)]
-    try:
-        return datetime.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text).timestamp()
-    except ValueError:
-        raise CommandExecutionError(f"since must be a duration (90s, 30m, 12h, 1d, 2w), an epoch or a time "
-                                    f"(2026-12-01T10:00), got {value!r}") from None
-
-
-def _when(epoch):
-    try:
-        return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(epoch)) if _finite(epoch) else None
-    except (OverflowError, OSError, ValueError):
-        return None
-
-
-def _decision(record):
-    """(decision, reason) of one epilog record: acted, spared or unknown,
-    or (None, None) when no lastuserjob part was at stake."""
-    other, guard = record.get("other") or {}, record.get("guard") or {}
-    if other.get("answer") == "unknown":
-        # the reason without its numbers (a lock's uid, squeue's rc), to count alike ones together
-        return "unknown", re.sub(r"[0-9]+", "N", str(other.get("why") or "no reason given"))
-    if other.get("answer") == "yes":
-        return "spared", "another job of the user on this node"
-    if guard.get("answer") == "act":
-        return "acted", None
-    if guard.get("answer") == "spare":
-        answer, system = _guard_answer(str(guard.get("why") or ""))
-        return "spared", "root or a system account" if system else {
-            "listed": "listed in localusers", "lookup error": "localusers lookup failed",
-            "unknown user": "the user is unknown"}.get(answer, str(guard.get("why") or "the localusers guard"))
-    return None, None
-
-
-def _part_facts(record):
-    """{part name: its entry (ran, rc, ms and facts, or why)} of one record."""
-    return {part.get("part"): part for part in record["parts"] if isinstance(part, dict)}
-
-
-def _what_was_done(record):
-    """One job end, in words: what each part did, and why."""
-    done = {}
-    for name, part in _part_facts(record).items():
-        if not part.get("ran"):
-            done[name] = f"skipped: {part.get('why')}"
-        else:
-            facts = part.get("facts") or {}
-            done[name] = f"ran, exit {part.get('rc')}, {part.get('ms')} ms" + (f": {json.dumps(facts, sort_keys=True)}"
-                                                                              if facts else "")
-    decision, reason = _decision(record)
-    return {
-        "job": record.get("job"), "at": _when(record.get("start")), "release": record.get("release"),
-        "decision": decision or "no lastuserjob part at stake", "reason": reason,
-        "other_jobs": record.get("other"), "localusers": record.get("guard"),
-        "parts": done, "warnings": record.get("warnings"), "ms": record.get("ms"),
-    }
 
 
 def report(since=None, user=None, job=None):
@@ -1238,57 +1038,18 @@ def report(since=None, user=None, job=None):
         salt 'slurm-work-17' epilog.report job=4711
     """
     settings, _ = _settings()
-    now = time.time()
-    start = None if since is None else _epoch(since, now)
+    try:
+        start = None if since is None else _rec.epoch(since, time.time())
+    except _rec.RecordError as exc:
+        raise CommandExecutionError(str(exc)) from None
     if user is not None and (not isinstance(user, str) or not user):
         raise CommandExecutionError(f"user must be an account name, and Salt read this one as {user!r}: quote a "
                                     "name such as no, on or 123 twice, as in user='\"no\"'")
     if job is not None and not re.fullmatch(r"[1-9][0-9]{0,9}", str(job)):
         raise CommandExecutionError(f"job must be a numeric Slurm job id, got {job!r}")
-    records, problems = _records(settings)
-    chosen = [rec for rec in records
-              if (start is None or (isinstance(rec.get("start"), (int, float)) and rec["start"] >= start))
-              and (user is None or rec.get("user") == user) and (job is None or str(rec.get("job")) == str(job))]
+    records, problems = _rec.read(settings["record_file"])
+    chosen = _rec.choose(records, start, user, job)
     if job is not None:
         return {"job": int(job), "records": chosen, "problems": problems,
-                "what_was_done": [_what_was_done(rec) for rec in chosen if rec.get("stage") == "epilog"]}
-    summary = {
-        "nodes": sorted({str(rec.get("node")) for rec in chosen if rec.get("node")}),
-        "since": _when(start), "records": len(chosen),
-        "job_ends": 0, "prologs": 0, "acted": 0, "users_acted_on": [], "spared": {}, "unknown": {},
-        "processes_signalled": 0, "sweeps": 0,
-        "residue": {"removed": dict.fromkeys(_RESIDUE_KINDS, 0), "kept": dict.fromkeys(_RESIDUE_KINDS, 0)},
-        "warnings": 0, "slowest": None, "problems": problems,
-    }
-    acted_on = set()
-    for rec in chosen:
-        summary["warnings"] += rec.get("warnings") if isinstance(rec.get("warnings"), int) else 0
-        if rec.get("stage") != "epilog":
-            summary["prologs"] += 1
-            continue
-        summary["job_ends"] += 1
-        decision, reason = _decision(rec)
-        if decision == "acted":
-            summary["acted"] += 1
-            acted_on.add(str(rec.get("user")))
-        elif decision:
-            summary[decision][reason] = summary[decision].get(reason, 0) + 1
-        if isinstance(rec.get("ms"), int) and (summary["slowest"] is None or rec["ms"] > summary["slowest"]["ms"]):
-            summary["slowest"] = {"job": rec.get("job"), "user": rec.get("user"), "ms": rec["ms"],
-                                  "at": _when(rec.get("start"))}
-        for part in _part_facts(rec).values():
-            facts = part.get("facts") if isinstance(part.get("facts"), dict) else {}
-            kill, cleanup, sweep_ = facts.get("kill"), facts.get("cleanup"), facts.get("sweep")
-            if isinstance(kill, dict) and isinstance(kill.get("signalled"), int):
-                summary["processes_signalled"] += kill["signalled"]
-            if isinstance(cleanup, dict) and isinstance(cleanup.get("removed"), int):
-                summary["residue"]["removed"]["user_files"] += cleanup["removed"]
-            if isinstance(sweep_, dict) and isinstance(sweep_.get("counts"), dict):
-                summary["sweeps"] += 1
-                for kind, counts in sweep_["counts"].items():
-                    for what in ("removed", "kept"):
-                        if kind in summary["residue"][what] and isinstance(counts, dict) \
-                                and isinstance(counts.get(what), int):
-                            summary["residue"][what][kind] += counts[what]
-    summary["users_acted_on"] = sorted(acted_on)
-    return summary
+                "what_was_done": [_rec.what_was_done(rec) for rec in chosen if rec.get("stage") == "epilog"]}
+    return {**_rec.summary(chosen, start), "problems": problems}

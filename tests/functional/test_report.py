@@ -70,7 +70,8 @@ def test_explain_adds_the_users_last_recorded_job_end(node):  # noqa: F811 - the
 
 
 def _held_by_another_process(path):
-    """Some process other than this one has PATH open."""
+    """Some process other than this one has the file at PATH open."""
+    want = os.stat(path)
     for pid in filter(str.isdigit, os.listdir("/proc")):
         if int(pid) == os.getpid():
             continue
@@ -80,7 +81,7 @@ def _held_by_another_process(path):
             continue
         for fd in fds:
             try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") == str(path):
+                if os.path.samestat(os.stat(f"/proc/{pid}/fd/{fd}"), want):
                     return True
             except OSError:
                 continue
@@ -97,7 +98,10 @@ def test_report_reads_both_generations_of_one_moment(node):  # noqa: F811 - the 
     job_end(node, "je.kim", 31)
     current = node.base / "records.jsonl"
     older = json.loads(current.read_text().splitlines()[0])
-    (node.base / "records.jsonl.1").write_text(json.dumps({**older, "job": 29}) + "\n")
+    # each generation tells itself apart in the counts: 29's 100 warnings
+    # (dropped by the rotation), 32's 7 (written after it)
+    warned = sum(record["warnings"] for record in records_of(node))
+    (node.base / "records.jsonl.1").write_text(json.dumps({**older, "job": 29, "warnings": 100}) + "\n")
     (node.base / "records.jsonl.1").chmod(0o600)
     rotating = os.open(current, os.O_RDONLY)
     try:
@@ -111,13 +115,14 @@ def test_report_reads_both_generations_of_one_moment(node):  # noqa: F811 - the 
                 time.sleep(0.05)
             os.rename(current, node.base / "records.jsonl.1")
             fd = os.open(current, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            os.write(fd, (json.dumps({**older, "job": 32}) + "\n" + '{"v":1,"stage":"epi').encode())
+            os.write(fd, (json.dumps({**older, "job": 32, "warnings": 7}) + "\n" + '{"v":1,"stage":"epi').encode())
             os.close(fd)
             fcntl.flock(rotating, fcntl.LOCK_UN)
             summary = pending.result(timeout=300)
     finally:
         os.close(rotating)
     assert summary["problems"] == [] and summary["records"] == 3, summary
+    assert summary["warnings"] == warned + 7, summary  # 30, 31 and 32, each once
     assert {r["job"] for r in node.run("report", "user=je.kim", "job=30")["records"]} == {30}
     assert node.run("report", "job=29")["records"] == []
     assert [r["job"] for r in node.run("report", "job=32")["records"]] == [32]

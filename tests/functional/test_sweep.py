@@ -79,6 +79,7 @@ def test_salt_call_json_output_is_pure_json(accounts, site, sweeper):
     # budget= is held to the pillar's rule for sweep_budget (rules.yaml's seconds)
     ("budget=0.5", "budget (0.5) must be a whole number of seconds from 1 to 3600"),
     ("budget=3601", "budget (3601) must be a whole number of seconds from 1 to 3600"),
+    ("budget=True", "budget (True) must be a whole number of seconds from 1 to 3600"),
 ])
 def test_sweep_that_cannot_run_exits_non_zero(salt_call, arg, message):
     ret = salt_call("epilog.sweep", "test=True", arg)

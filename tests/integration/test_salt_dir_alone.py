@@ -79,7 +79,8 @@ def test_a_master_serving_salt_dir_alone_lays_down_a_chain_that_sweeps_at_a_job_
             assert master.salt_run_cli(timeout=300).run("fileserver.update").returncode == 0
             listed = cli.run("cp.list_master", minion_tgt=minion_id)
             assert listed.returncode == 0, listed
-            assert {"_modules/epilog.py", "_modules/epilog_sweep.py", "epilog/init.sls"} <= set(listed.data), listed.data
+            assert {"_modules/epilog.py", "_modules/epilog_sweep.py", "_modules/epilog_records.py",
+                    "epilog/init.sls"} <= set(listed.data), listed.data
             assert not any(path.startswith(("tests/", "bench/", ".ci/", "pillar/")) for path in listed.data)
             ret = cli.run("state.apply", "epilog", minion_tgt=minion_id)
             assert ret.returncode == 0, ret

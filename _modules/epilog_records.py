@@ -1,0 +1,1 @@
+../salt/_modules/epilog_records.py
