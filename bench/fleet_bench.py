@@ -6,7 +6,7 @@ and batched with -b 1 against the single-minion apply as the baseline.
 
 Run as root from the repo root:  .venv/bin/python bench/fleet_bench.py
 
-It runs the fleet integration test (tests/integration/test_fleet.py), which
+It runs the fleet integration test (tests/salt/test_fleet.py), which
 brings the master and minions up with pytest-salt-factories and records its
 timings, then prints them.
 """
@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def main():
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        env = {**os.environ, "EPILOG_FLEET_TIMINGS": out.name, "EPILOG_SALT_LINES": "3008"}
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/integration/test_fleet.py"],
+        env = {**os.environ, "EPILOG_FLEET_TIMINGS": out.name}
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/salt/test_fleet.py"],
                               cwd=REPO, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             sys.exit(proc.stdout[-4000:] + proc.stderr[-2000:])

@@ -1,5 +1,9 @@
-"""Session fixtures: real accounts, a salt-call minion configured by
-pytest-salt-factories, and the chain laid down by the real state."""
+"""Session fixtures every tier shares: real accounts, the C helpers, the
+directory accounts' NSS module, and the limit on each test's time. The
+tiers: unit (pure decisions, no root), node (the node program on real
+processes and files, laid down without Salt), salt (states and module
+functions in-process, the fleet, the quickstart; run on each Salt line) and
+slurm (real job ends on real Slurms)."""
 import faulthandler
 import logging
 import os
@@ -13,21 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import (
-    ACCOUNTS,
-    NO_PASSWD_ENTRY,
-    OPERATORS,
-    REPO,
-    SALT_BINS,
-    Chain,
-    lay_down,
-    live_spool,
-    local_minion,
-    process_uids,
-    require,
-    require_root,
-    require_tools,
-)
+from tests.helpers import ACCOUNTS, BADNAMES, NO_PASSWD_ENTRY, REPO, process_uids, require, require_root, require_tools
 
 # pytest-salt-factories logs its whole configuration as a warning at start-up,
 # and salt's deferred handler prints it after the test summary.
@@ -42,6 +32,23 @@ TEST_LIMIT = 600
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "limit(seconds): this test's own limit instead of the default")
+    # Salt 3006's loader imports every module with importlib's load_module(),
+    # which warns on each call (some 100,000 times a run); recording each
+    # warning costs the run time and says nothing about the formula.
+    config.addinivalue_line("filterwarnings",
+                            r"ignore:the load_module\(\) method is deprecated:DeprecationWarning")
+    # Salt, imported in-process (tests/salt), sets up a handler on the root
+    # logger that holds every record back and prints them all to stderr at
+    # exit: the run's own log capture has them, per test.
+    try:
+        from salt._logging import impl  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        pass
+    else:
+        impl.setup_temp_handler()
+        handler = impl.get_temp_handler()
+        if handler is not None and handler.__class__.__name__ == "DeferredStreamHandler":
+            logging.root.removeHandler(handler)
     if os.environ.get("CI") == "true" and config.option.durations is None:
         # CI's log names the slowest tests: the whole .ci/run must stay well
         # under 90 minutes.
@@ -110,6 +117,8 @@ def accounts():
     require_root()
     require_tools("useradd", "groupadd", "setpriv")
     for name, (uid, _) in NO_PASSWD_ENTRY.items():
+        if uid in ACCOUNTS.values():
+            continue  # a second name at a local account's uid, as a directory may serve one
         try:
             other = pwd.getpwuid(uid).pw_name
         except KeyError:
@@ -134,7 +143,7 @@ def accounts():
         if subprocess.run(["getent", "group", str(uid)], capture_output=True).returncode != 0:
             subprocess.run(["groupadd", "--gid", str(uid), "--", name], check=True)
         subprocess.run(["useradd", "--uid", str(uid), "--gid", str(uid), "--create-home", "--shell", "/bin/bash",
-                        "--", name], check=True)
+                        *(["--badname"] if name in BADNAMES else []), "--", name], check=True)
     return list(ACCOUNTS)
 
 
@@ -211,85 +220,19 @@ def directory_users(cbin, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def salt_factories_default_root_dir():
-    """Salt's test roots live under /var/tmp, not /tmp: the sweep tests run
-    salt-call in a mount namespace whose /tmp is a fresh tmpfs."""
+    """Salt's test roots live under /var/tmp, not /tmp: tests run Salt
+    beside mount namespaces whose /tmp is a fresh tmpfs."""
     root = Path(tempfile.mkdtemp(prefix="epilog-salt-", dir="/var/tmp"))
     yield root
     shutil.rmtree(root, ignore_errors=True)
 
 
-def pytest_generate_tests(metafunc):
-    """Every test that runs Salt takes the Salt line to run from salt_line:
-    the functional tests, the fleet and the quickstart run on each line
-    (3008 and 3006), the real-Slurm tests on 3008. EPILOG_SALT_LINES=3008 (a comma list)
-    narrows a local run; CI runs them all."""
-    if "salt_line" not in metafunc.fixturenames:
-        return
-    wanted = [line for line in os.environ.get("EPILOG_SALT_LINES", ",".join(SALT_BINS)).split(",") if line]
-    if not wanted or set(wanted) - set(SALT_BINS):
-        raise pytest.UsageError(f"EPILOG_SALT_LINES={os.environ.get('EPILOG_SALT_LINES')!r}: a comma list of "
-                                f"{', '.join(SALT_BINS)}")
-    path = Path(str(metafunc.definition.path))
-    both = "functional" in path.parts or path.name in ("test_fleet.py", "test_quickstart.py")
-    lines = [line for line in SALT_BINS if line in wanted] if both else ["3008"]
-    metafunc.parametrize("salt_line", lines, indirect=True, scope="session", ids=[f"salt{line}" for line in lines])
-
-
 @pytest.fixture(scope="session")
-def salt_line(request):
-    """The Salt line this test runs: '3008' or '3006'."""
-    line = getattr(request, "param", "3008")
-    require((SALT_BINS[line] / "salt-call").exists(), f"salt-call of Salt {line} in {SALT_BINS[line]} (bash .ci/setup)")
-    return line
-
-
-@pytest.fixture(scope="session")
-def salt_call(salt_factories, salt_line):
-    """salt-call --local of SALT_LINE on a minion serving this repo's salt/
-    and pillar/ (its id, slurm-work-test, matches the worked example's
-    'slurm-work-*')."""
-    require_root()
-    return local_minion(salt_factories, "slurm-work-test", REPO / "pillar", salt_line=salt_line)
-
-
-@pytest.fixture(scope="session")
-def chain(tmp_path_factory, salt_call, accounts):
-    """The chain laid down by the state at a custom slurm_config_dir."""
-    base = tmp_path_factory.mktemp("chain")
-    live_spool(base / "spool")
-    c = Chain(base / "opt-slurm", base / "localusers", base / "epilog.log", base / "spool")
-    lay_down(salt_call, c)
-    return c
-
-
-@pytest.fixture(scope="session")
-def default_chain(tmp_path_factory, salt_call, accounts):
-    """The chain laid down by the state at the default slurm_config_dir,
-    /etc/slurm, inside a private mount namespace (a tmpfs over /etc/slurm), so
-    the host's /etc/slurm is never touched."""
-    require_tools("unshare", "nsenter")
-    base = tmp_path_factory.mktemp("default-chain")
-    live_spool(base / "spool")
-    holder = subprocess.Popen(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-         "mkdir -p /etc/slurm && mount -t tmpfs -o mode=0755 epilog-test /etc/slurm && echo ready && exec sleep 86400"],
-        stdout=subprocess.PIPE, text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "ready", "could not mount a tmpfs over /etc/slurm in a namespace"
-        prefix = ["nsenter", f"--target={holder.pid}", "--mount"]
-        root = Path(f"/proc/{holder.pid}/root")
-        c = Chain("/etc/slurm", base / "localusers", base / "epilog.log", base / "spool",
-                  prefix=prefix, view=lambda p: root / p.relative_to("/"))
-        pillar = c.pillar(localusers=OPERATORS)
-        del pillar["epilog"]["slurm_config_dir"]  # the default, from defaults.yaml
-        ret = salt_call("state.apply", "epilog", pillar=pillar, prefix=prefix)
-        assert ret.returncode == 0 and all(s["result"] for s in ret.states.values()), ret
-        assert c.localusers.read_text() == "root\nje.kim\ns.shin\n"
-        yield c
-    finally:
-        holder.kill()
-        holder.wait()
+def salt_factories_config():
+    """The daemons are stopped with SIGKILL, not SIGTERM and a wait (a
+    minion takes seconds to exit): no test reads what a daemon does as it
+    stops, and nothing measures coverage."""
+    return {"slow_stop": False}
 
 
 def pytest_unconfigure(config):

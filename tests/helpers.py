@@ -7,6 +7,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from importlib.util import module_from_spec, spec_from_file_location
 from pathlib import Path
@@ -30,10 +31,9 @@ def laid_down(file_id):
     if file_id == tool["id"]:
         return f"{LAYOUT['releases']['dir']}/{tool['path']}"
     return next(f["path"] for f in LAYOUT["data"] + LAYOUT["release_data"] if f["id"] == file_id)
-VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
-# The Salt lines the formula supports, each in a venv of its own (.ci/setup
-# builds both): the functional tests, the fleet and the quickstart run on each.
-SALT_BINS = {"3008": VENV_BIN, "3006": REPO / ".venv-3006" / "bin"}
+# The Salt this run tests: the one of the venv pytest runs in (.venv: 3008;
+# .venv-3006: 3006, which runs tests/salt a second time).
+VENV_BIN = Path(sys.executable).parent
 IN_CI = os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
 HOST = socket.gethostname().split(".")[0]
 
@@ -43,7 +43,10 @@ HOST = socket.gethostname().split(".")[0]
 # job's uid, so no process the tests did not start may run as one of these (the
 # accounts fixture checks). useradd would hand out the next free uid from
 # 1000, which a machine's own services may use without a passwd entry.
-ACCOUNTS = {"alice": 50101, "alicex": 50102, "je.kim": 50103, "s.shin": 50104, "opal": 50105}
+ACCOUNTS = {"alice": 50101, "alicex": 50102, "je.kim": 50103, "s.shin": 50104, "opal": 50105, "jeXkim": 50106,
+            "alice-admin": 50107, "alice.b": 50108}
+# names useradd takes only with --badname (capitals)
+BADNAMES = {"jeXkim"}
 # The operators of the seed's list.
 OPERATORS = ["root", "je.kim", "s.shin"]
 
@@ -81,7 +84,7 @@ def require_tools(*tools):
 # directory service: the test NSS module (tests/c/nss_epilogtest.c, the
 # directory_users fixture) serves '-v' as uid 50199, the uid slurmd passes in
 # SLURM_JOB_UID, with real processes and files owned by that uid.
-NO_PASSWD_ENTRY = {"-v": (50199, 50199)}
+NO_PASSWD_ENTRY = {"-v": (50199, 50199), "jekim-alias": (50103, 50103)}
 
 
 def ids_of(user):
@@ -239,12 +242,25 @@ class Chain:
         except FileNotFoundError:
             return ""
 
+    def settings(self, **extra):
+        """This chain's settings; EXTRA sets or overrides any key."""
+        settings = {"slurm_config_dir": self.conf_dir, "ssh_allow_file": self.allow_file, "log_file": self.log_file,
+                    "record_file": self.record_file, "slurmd_spool_dir": self.spool_dir, "run_dir": self.run_dir,
+                    "localusers": list(OPERATORS)}
+        settings.update(extra)
+        return settings
+
     def pillar(self, **extra):
         """This chain's pillar; EXTRA sets or overrides any key."""
-        settings = {"slurm_config_dir": self.conf_dir, "ssh_allow_file": self.allow_file, "log_file": self.log_file,
-                    "record_file": self.record_file, "slurmd_spool_dir": self.spool_dir, "run_dir": self.run_dir}
-        settings.update(extra)
-        return epilog_pillar(**settings)
+        return epilog_pillar(**self.settings(**extra))
+
+    def lay_down(self, **extra):
+        """Lay this chain down as the state would, without Salt (a settings
+        file, the release, release.py), with EXTRA settings."""
+        from tests.release import lay_down  # pylint: disable=import-outside-toplevel
+
+        lay_down(**self.settings(**extra))
+        return self
 
 
 def epilog_pillar(base=None, **settings):
@@ -284,16 +300,16 @@ class SaltCall:
         return SaltResult(proc.returncode, data, proc.stdout, proc.stderr)
 
 
-def local_minion(salt_factories, minion_id, pillar_root, module_dirs=None, salt_line="3008", grains=None):
+def local_minion(salt_factories, minion_id, pillar_root, module_dirs=None, grains=None):
     """A minion config (file_client: local; never started) that serves this
     repo's salt/ alone, as a formula is installed, and loads the epilog
     module from _modules/ (unless MODULE_DIRS says otherwise: [] for a
     minion that has only what it synced), with PILLAR_ROOT as its pillar.
     GRAINS (a dict) override the minion's own grains. Returns a SaltCall on
-    it that runs the salt-call of SALT_LINE; .config_dir is the config
-    directory."""
+    it that runs this run's salt-call; .config_dir is the config directory,
+    .config the minion's configuration."""
     minion = salt_factories.salt_minion_daemon(
-        minion_id if salt_line == "3008" else f"{minion_id}-{salt_line}",
+        minion_id,
         overrides={
             "file_client": "local",
             "file_roots": {"base": [str(REPO / "salt")]},
@@ -304,7 +320,9 @@ def local_minion(salt_factories, minion_id, pillar_root, module_dirs=None, salt_
             "pytest-minion": {"log": {"disabled": True}},
         },
     )
-    return SaltCall(minion.config_dir, SALT_BINS[salt_line])
+    call = SaltCall(minion.config_dir)
+    call.config = minion.config
+    return call
 
 
 class SaltResult:
@@ -319,7 +337,9 @@ class SaltResult:
         return {key.split("_|-")[1]: value for key, value in self.data.items() if "_|-" in key}
 
     def __repr__(self):
-        return f"SaltResult(rc={self.returncode}, stdout={self.stdout[:2000]!r}, stderr={self.stderr[-2000:]!r})"
+        failed = {key: value.get("comment") for key, value in self.states.items() if value.get("result") is False}
+        return (f"SaltResult(rc={self.returncode}, failed={failed!r}, stdout={self.stdout[:2000]!r}, "
+                f"stderr={self.stderr[-2000:]!r})")
 
 
 def wait_for(predicate, timeout, interval=0.1, what="condition"):
@@ -339,14 +359,6 @@ def kill_pidfile(pidfile, sig=signal.SIGTERM):
         return pid
     except (FileNotFoundError, ValueError, ProcessLookupError, IndexError):
         return None
-
-
-def lay_down(salt_call, chain, localusers=None, prefix=(), **extra):
-    pillar = chain.pillar(localusers=list(localusers or OPERATORS), **extra)
-    ret = salt_call("state.apply", "epilog", pillar=pillar, prefix=prefix)
-    assert ret.returncode == 0, ret
-    assert ret.states and all(state["result"] for state in ret.states.values()), ret
-    return ret
 
 
 def private_tmp_namespace(setup=""):

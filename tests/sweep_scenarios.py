@@ -1,7 +1,7 @@
 """One scenario table for the residue sweep, run against both callers: the
-Salt function epilog.sweep (tests/functional/test_sweep.py) and the epilog
+sweep run by hand (tests/node/test_sweep.py) and the epilog
 part 45-stale-x-display at a real Slurm job end
-(tests/integration/test_sweep_job_end.py).
+(tests/slurm/test_sweep_job_end.py).
 
 Each scenario plants real residue through a `Site` (a view of some /tmp, and
 a way to run processes where that /tmp is) and returns what the sweep must

@@ -2,14 +2,15 @@
 The epilog formula's execution module: ``epilog.sweep``, ``verify``,
 ``rollback``, ``checkpoint``, ``explain``, ``report`` and ``chain_wired``.
 
-The residue sweep itself is ``epilog_sweep.py`` beside this file (synced with
-it from ``_modules/``), the very file the state lays down in each release for
-part 45; ``epilog.sweep`` loads and runs it. The decision-record reader
-behind ``report`` and ``explain``'s last job end is ``epilog_records.py``,
-beside it too. Nothing in this file or that one is laid down on a node:
-changing them changes no release.
+The node program (``epilog_node/`` beside this file, synced with it from
+``_modules/``) is what every release holds and every job end runs; this
+module loads the synced copy for ``epilog.sweep`` (its sweep) and
+``epilog.report`` (its record reader), and the current release's own copy
+for ``epilog.explain`` (its runner, in a dry run). Nothing in this file is
+laid down on a node: changing it changes no release.
 """
 
+import importlib
 import importlib.util
 import json
 import os
@@ -23,37 +24,62 @@ import time
 from salt.exceptions import CommandExecutionError
 
 __virtualname__ = "epilog"
+# the node program's package, beside this file and in each release
+PACKAGE = "epilog_node"
 
 
-def _load_beside(name):
-    """NAME.py, synced beside this file: (module, None) or (None, why)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+def _load_package(directory, name):
+    """The package in DIRECTORY (its __init__.py and, on import, its other
+    files), loaded under NAME. Never writes bytecode: a release's files are
+    what its manifest says, and nothing else."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, os.path.join(directory, "__init__.py"),
+                                                  submodule_search_locations=[directory])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
+        for sub in ("system", "log", "guard", "evidence", "record", "sweep", "parts", "runner"):
+            setattr(module, sub, importlib.import_module(f"{name}.{sub}"))
+    except BaseException:
+        for key in [key for key in sys.modules if key == name or key.startswith(name + ".")]:
+            del sys.modules[key]
+        raise
+    finally:
+        sys.dont_write_bytecode = writes
+    return module
+
+
+def _synced():
+    """(the node program synced beside this file, None) or (None, why)."""
+    directory = os.path.join(os.path.dirname(os.path.abspath(__file__)), PACKAGE)
+    try:
+        return _load_package(directory, "_epilog_node_synced"), None
     except Exception as exc:  # noqa: BLE001 - whatever it is, the loader gets a reason, not a traceback
-        return None, f"cannot load {path} ({type(exc).__name__}: {exc}): run saltutil.sync_modules"
-    return module, None
+        return None, f"cannot load {directory} ({type(exc).__name__}: {exc}): run saltutil.sync_modules"
 
 
-# The residue sweep (epilog_sweep.py, also laid down in each release for
-# part 45) and the decision-record reader (epilog_records.py).
-_sweep, _SWEEP_MISSING = _load_beside("epilog_sweep")
-_rec, _RECORDS_MISSING = _load_beside("epilog_records")
-if _sweep is not None:
-    _root_only, _root_file, _kind_of = _sweep._root_only, _sweep._root_file, _sweep._kind_of
-    bound_socket_files = _sweep.bound_socket_files
+_node, _NODE_MISSING = _synced()
+if _node is not None:
+    _trust = _node.system.Trust
+    bound_socket_files = _node.sweep.bound_socket_files
 
-# The PATH every laid-down script sets, and the tools its parts run.
-SCRIPT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-TOOLS = ["bash", "timeout", "grep", "id", "stat", "perl", "flock", "cp", "mv", "find", "pgrep", "python3", "logger"]
+
+def _root_only(directory):
+    return _trust().root_only(directory)
+
+
+def _root_file(path):
+    return _trust().root_file(path)
+
 
 def __virtual__():
     if not sys.platform.startswith("linux"):
         return (False, "the epilog module needs Linux (/proc and /tmp/.X11-unix)")
-    if _sweep is None or _rec is None:
-        return (False, _SWEEP_MISSING or _RECORDS_MISSING)
+    if _node is None:
+        return (False, _NODE_MISSING)
     return __virtualname__
 
 
@@ -95,9 +121,11 @@ class _Chain:
         self.releases = os.path.join(confdir, releases["dir"])
         self.current = os.path.join(self.releases, releases["current"])
         self.tool = os.path.join(self.releases, releases["tool"]["path"])
-        self.tool_source = f"salt://epilog/files/{releases['tool']['source']}"
+        self.tool_source = f"salt://_modules/{releases['tool']['module']}"
         self.localusers = next(f["path"] for f in layout["release_data"] if f["id"] == "localusers-backup")
         scripts = {script["id"]: script["path"] for script in layout["scripts"]}
+        # the entry points' paths in a release: Python that /usr/bin/python3 runs
+        self.scripts = set(scripts.values())
         # stage: the runner's path in a release, which is also its entry's name
         self.runners = {stage: scripts[f"runner-{stage}"] for stage in ("epilog", "prolog")}
         self.site_dirs = list(layout["directories"])
@@ -177,46 +205,46 @@ def sweep(test=None, job=None, user=None, budget=None):
             uid = pwd.getpwnam(str(user)).pw_uid
         except KeyError as exc:
             raise CommandExecutionError(f"no account {user!r} on this node") from exc
+    log = _node.log.Log(settings["log_file"], _trust(), job=job, user=user, source="epilog.sweep",
+                        max_bytes=settings.get("log_max_kb", 1024) * 1024)
     try:
-        return _sweep.run_sweep(
+        return _node.sweep.run_sweep(
             test=test, job=job, patterns=settings["scratch_patterns"],
-            budget=settings["sweep_budget"] if budget is None else budget,
-            log_file=settings["log_file"], source="epilog.sweep", user=user, uid=uid,
+            budget=settings["sweep_budget"] if budget is None else budget, log=log.line, uid=uid,
         )
-    except _sweep.SweepError as exc:
+    except _node.sweep.SweepError as exc:
         raise CommandExecutionError(str(exc)) from exc
+    finally:
+        log.close()
 
 
-def _managed():
-    """The files and directories the state lays down, read from the state
-    itself (state.show_low_sls), so this list cannot drift from it."""
-    low = __salt__["state.show_low_sls"]("epilog")  # noqa: F821 - a Salt dunder
-    if not isinstance(low, list) or any(not isinstance(chunk, dict) for chunk in low):
-        # A render error names the bad entry on one line; the rest is Salt's context dump.
-        text = "\n".join(map(str, low)) if isinstance(low, list) else str(low)
-        found = re.search(r"Jinja error: ([^\n]*)", text)
-        raise CommandExecutionError(f"the state epilog does not render: {found.group(1) if found else low}")
+def _render_error(ret):
+    """The message of a state run that did not render: its Jinja error,
+    which names the bad entry on one line (the rest is Salt's context
+    dump)."""
+    text = "\n".join(map(str, ret)) if isinstance(ret, list) else str(ret)
+    found = re.search(r"Jinja error: ([^\n]*)", text)
+    return f"the state epilog does not render: {found.group(1) if found else ret}"
+
+
+def _managed(preview, chain):
+    """The files and directories the state lays down, read from its own
+    test=True run (each state's key names its module and function), so this
+    list cannot drift from it. A file is a script (run by /usr/bin/python3:
+    an entry point of the release, or the release tool) by layout.yaml."""
     files, dirs = [], []
-    for chunk in low:
-        if chunk.get("state") != "file":
+    for key, state in preview.items():
+        fields = str(key).split("_|-")
+        if fields[0] != "file" or not isinstance(state, dict) or not isinstance(state.get("name"), str):
             continue
-        if chunk.get("fun") == "managed":
-            files.append({
-                "path": chunk["name"],
-                "mode": int(str(chunk.get("mode", "0644")), 8),
-                "script": "bash -n" in str(chunk.get("check_cmd", "")),
-            })
-        elif chunk.get("fun") == "directory":
-            dirs.append(chunk["name"])
+        name = state["name"]
+        if fields[-1] == "managed":
+            inner = os.path.relpath(name, chain.releases).split("/", 1)[1:]
+            script = name == chain.tool or (not name.startswith("../") and inner and inner[0] in chain.scripts)
+            files.append({"path": name, "script": bool(script)})
+        elif fields[-1] == "directory":
+            dirs.append(name)
     return files, dirs
-
-
-def _which(tool):
-    for directory in SCRIPT_PATH.split(":"):
-        path = os.path.join(directory, tool)
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    return None
 
 
 _CONF_PAIR = re.compile(r'\s*([A-Za-z][A-Za-z0-9_]*)\s*=\s*(?:"([^"]*)"|(\S*))')
@@ -568,29 +596,33 @@ def verify(expect=None):
         expect = release if int(release) == expect or (release[0] == "0" and int(release, 8) == expect) else expect
     if expect is not None and str(expect) not in (release, content):
         problems.append(f"the current release is {release} (content {content}), not the expected {expect}")
+    if not os.access(PYTHON, os.X_OK):
+        problems.append(f"{PYTHON} is not installed: every entry point of the chain runs it")
+    # state.sls(test=True) leaves test=True in the opts it shares with this
+    # process's other functions: a rollback after a verify in a minion that
+    # runs its jobs in one process would be a preview. Put it back.
+    testing = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
     try:
-        files, dirs = _managed()
-    except CommandExecutionError as exc:
-        return {"result": False, "problems": [*problems, str(exc)], "notes": notes, "checked": [],
+        preview = __salt__["state.sls"]("epilog", test=True)  # noqa: F821 - a Salt dunder
+    finally:
+        __opts__["test"] = testing  # noqa: F821 - a Salt dunder
+    if not isinstance(preview, dict) or not all(isinstance(state, dict) for state in preview.values()):
+        return {"result": False, "problems": [*problems, _render_error(preview)], "notes": notes, "checked": [],
                 "release": release, "manifest": manifest, "content": content}
-
-    preview = __salt__["state.sls"]("epilog", test=True)  # noqa: F821 - a Salt dunder
-    if not isinstance(preview, dict):
-        problems.append(f"the state epilog cannot be previewed: {preview}")
-    else:
-        for state in preview.values():
-            name, changes = state.get("name"), state.get("changes") or {}
-            if state.get("result") is False:
-                problems.append(f"{name}: {state.get('comment')}")
-            elif str(state.get("__id__", "")).endswith("release-switch-cmd-run") and state.get("result") is None:
-                wanted = name.split(" activate ", 1)[-1].split(" ", 1)[0]
-                problems.append(f"the release the state lays down now ({wanted}) is not current (current: {release})")
-            elif changes:
-                what = "is missing" if "newfile" in changes or "directory" in str(changes.get(name, "")) else \
-                    f"differs from what the state lays down now ({', '.join(sorted(changes))})"
-                if "pkg" in str(state.get("__id__", "")):
-                    what = "is not installed"
-                problems.append(f"{name} {what}")
+    files, dirs = _managed(preview, chain)
+    for state in preview.values():
+        name, changes = state.get("name"), state.get("changes") or {}
+        if state.get("result") is False:
+            problems.append(f"{name}: {state.get('comment')}")
+        elif str(state.get("__id__", "")).endswith("release-switch-cmd-run") and state.get("result") is None:
+            wanted = name.split(" activate ", 1)[-1].split(" ", 1)[0]
+            problems.append(f"the release the state lays down now ({wanted}) is not current (current: {release})")
+        elif changes:
+            what = "is missing" if "newfile" in changes or "directory" in str(changes.get(name, "")) else \
+                f"differs from what the state lays down now ({', '.join(sorted(changes))})"
+            if "pkg" in str(state.get("__id__", "")):
+                what = "is not installed"
+            problems.append(f"{name} {what}")
 
     for item in files:
         path = item["path"]
@@ -599,18 +631,20 @@ def verify(expect=None):
         except FileNotFoundError:
             continue  # reported by the preview
         if not stat.S_ISREG(st.st_mode):
-            problems.append(f"{path} is not a regular file ({_kind_of(st)})")
+            problems.append(f"{path} is not a regular file ({_node.sweep.kind_of(st)})")
             continue
         if st.st_uid != 0:
             problems.append(f"{path} is owned by uid {st.st_uid}, not root")
         if st.st_mode & 0o022:
             problems.append(f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})")
+        if item["script"] and not st.st_mode & 0o100:
+            problems.append(f"{path} is not executable")
         if item["script"]:
-            if not st.st_mode & 0o100:
-                problems.append(f"{path} is not executable")
-            syntax = subprocess.run(["/bin/bash", "-n", path], capture_output=True, text=True, check=False)
-            if syntax.returncode != 0:
-                problems.append(f"{path} fails bash -n: {syntax.stderr.strip()}")
+            try:
+                with open(path, "rb") as handle:
+                    compile(handle.read(), path, "exec", dont_inherit=True)
+            except (OSError, SyntaxError, ValueError) as exc:
+                problems.append(f"{path} does not compile: {exc}")
     for path in [*dirs, settings["slurm_config_dir"]]:
         try:
             st = os.lstat(path)
@@ -655,10 +689,17 @@ def verify(expect=None):
             problems.append(f"{backup} does not hold exactly the pillar's localusers {settings['localusers']}: {listed}")
     except (OSError, UnicodeDecodeError) as exc:
         problems.append(f"{backup} is not readable: {exc}")
+    # The guard spares the uid of every listed name: one that does not
+    # resolve here might be at a job's uid, so no job end acts on this node.
+    import pwd  # pylint: disable=import-outside-toplevel
+    for name in settings["localusers"]:
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            problems.append(f"epilog:localusers names {name!r}, which does not resolve on this node: the guard "
+                            "cannot tell whether a job's uid is theirs, so no job end acts here (make the account, "
+                            "or take the name off the list)")
 
-    for tool in TOOLS:
-        if not _which(tool):
-            problems.append(f"{tool} is not installed (the parts look in {SCRIPT_PATH})")
     if bound_socket_files() is None:
         problems.append("the kernel's unix socket diagnostics (NETLINK_SOCK_DIAG) cannot be read: the sweep "
                         "cannot tell whether an X socket is held, and keeps them all")
@@ -744,8 +785,11 @@ def _release_tool(chain, *args, tool=None):
     tool = tool or chain.tool
     if not os.path.isfile(tool):
         return None
-    proc = subprocess.run(["/usr/bin/python3", "-I", "-B", tool, "--root", chain.confdir, *args],
-                          capture_output=True, text=True, check=False)
+    try:
+        proc = subprocess.run([PYTHON, "-I", "-B", tool, "--root", chain.confdir, *args],
+                              capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise CommandExecutionError(f"{PYTHON} {tool} cannot run: {exc.strerror}") from exc
     try:
         return json.loads(proc.stdout)
     except ValueError as exc:
@@ -869,20 +913,40 @@ _ACTS = {
     "42-lastuserjob-cleanup": "removes the files of uid {uid} under /tmp and /dev/shm",
     "45-stale-x-display": "sweeps the residue no live process holds (at every job end, for every user)",
 }
-# The line a runner with an explain mode carries (runner.sh.jinja).
-EXPLAIN_PROTOCOL = b"\n# epilog-explain-protocol: 1\n"
+# The interpreter of every entry point, as each release's scripts name it.
+PYTHON = "/usr/bin/python3"
+
+
+def _release_program(chain, current):
+    """The node program of release CURRENT, loaded from the release itself
+    (what its job ends run), under a name of its own: a release never
+    changes once made, so one load per release serves every question."""
+    directory = os.path.join(chain.releases, current, PACKAGE)
+    if not os.path.isdir(directory):
+        raise CommandExecutionError(f"the current release {current} predates the node program (epilog_node/): "
+                                    "apply the state epilog to explain with it")
+    trust = _trust()
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name.endswith(".py") and not trust.root_file(path):
+            raise CommandExecutionError(f"{path} is not a file only root can write in a directory only root can "
+                                        "write: not loaded (epilog.verify says more)")
+    try:
+        return _load_package(directory, f"_epilog_node_{current}")
+    except Exception as exc:
+        raise CommandExecutionError(f"cannot load {directory}: {type(exc).__name__}: {exc}") from exc
 
 
 def explain(user, job=None):
     """
     Tell what the epilog would do for USER on this node if a job of USER
     ended now, and why, by asking the chain itself: the current release's
-    epilog.sh runs in its explain mode, where it decides everything a job
-    end decides (the user's name and uid, whether USER has another job on
-    this node and on what evidence, the localusers guard on the release's
-    own list, each part's go or no-go) with the same code, and prints the
-    decisions instead of acting. Nothing is run, written, locked or logged.
-    Answers "why was my session spared or killed".
+    own node program decides, in a dry run, everything a job end decides
+    (the user's name and uid, whether USER has another job on this node and
+    on what evidence, the localusers guard on the release's own list, each
+    part's go or no-go) with the same code, and says what it decided instead
+    of acting. Nothing is run, written, locked or logged. Answers "why was
+    my session spared or killed".
 
     job
         The job whose end to explain: that job is not "another job" of
@@ -909,20 +973,11 @@ def explain(user, job=None):
     current = _readlink(chain.current)
     if not current or not re.fullmatch(r"[0-9a-f]{12}", current):
         raise CommandExecutionError(f"no current release under {releases}: state.apply epilog first")
-    runner = os.path.join(releases, current, chain.runners["epilog"])
-    if not _root_file(runner) or not _root_only(os.path.dirname(runner)):
-        raise CommandExecutionError(f"{runner} is not a file only root can write in a directory only root can "
-                                    "write: not run (epilog.verify says more)")
-    # A runner from before explain mode ignores its argument and would end a
-    # job for real: only one that declares the protocol is run.
-    try:
-        with open(runner, "rb") as handle:
-            declared = EXPLAIN_PROTOCOL in handle.read(4096)
-    except OSError as exc:
-        raise CommandExecutionError(f"cannot read {runner}: {exc.strerror}") from exc
-    if not declared:
-        raise CommandExecutionError(f"the current release {current} predates epilog.explain's explain mode: "
-                                    "apply the state epilog to explain with it")
+    release_dir = os.path.join(releases, current)
+    if not _root_only(release_dir):
+        raise CommandExecutionError(f"{release_dir} is not a directory only root can write: not run "
+                                    "(epilog.verify says more)")
+    program = _release_program(chain, current)
     try:
         uid = pwd.getpwnam(user).pw_uid
     except (KeyError, ValueError):
@@ -930,8 +985,9 @@ def explain(user, job=None):
     # What slurmd would give the job end: its own node name and slurm.conf
     # (a configless node's cache when it was started with neither).
     node = __grains__.get("host", socket.gethostname().split(".")[0])  # noqa: F821 - a Salt dunder
-    env = {"PATH": SCRIPT_PATH, "EPILOG_EXPLAIN_USER": user, "EPILOG_EXPLAIN_UID": "" if uid is None else str(uid),
-           "EPILOG_EXPLAIN_JOB": "" if job is None else str(job)}
+    env = {"PATH": program.system.PATH, "SLURM_JOB_USER": user, "SLURM_JOB_UID": "" if uid is None else str(uid),
+           "SLURM_JOB_ID": "" if job is None else str(job)}
+    slurmd_pid = 0
     for pid, _ in _running_slurmds():
         options = _slurmd_options(pid)
         if options is None:
@@ -940,67 +996,40 @@ def explain(user, job=None):
         cache = os.path.join(settings["slurmd_spool_dir"], "conf-cache", "slurm.conf")
         if not conf and os.path.isfile(cache):
             conf = cache
-        env.update({"EPILOG_SLURMD_PID_GIVEN": str(pid), **({"SLURM_CONF": conf} if conf else {})})
+        slurmd_pid = int(pid)
+        if conf:
+            env["SLURM_CONF"] = conf
         node = named or node
         break
     env["SLURMD_NODENAME"] = node
     try:
-        ret = subprocess.run([runner, "--explain"], env=env, capture_output=True, stdin=subprocess.DEVNULL,
-                             timeout=int(settings["chain_timeout"]) + 10, check=False, cwd="/")
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise CommandExecutionError(f"{runner} --explain failed: {exc}") from exc
-    # Each line: LEVEL epilog.sh job=JOB user=USER release=RELEASE: TEXT, with
-    # the user's non-printable characters as ? (the runner's own prefix).
-    shown = re.sub(rb"[^\x20-\x7e]", b"?", os.fsencode(user))
-    prefix = b"epilog.sh job=" + str(job or "none").encode() + b" user=" + shown + b" release=" + current.encode() + b": "
-    lines = []
-    for raw in ret.stdout.splitlines()[:10000]:
-        level, _, rest = raw.partition(b" ")
-        if level in (b"info", b"warning") and rest.startswith(prefix):
-            lines.append((level.decode(), rest[len(prefix):].decode("utf-8", "replace")))
-    if ret.returncode != 0 or not lines or lines[-1][1] != "end":
-        raise CommandExecutionError(f"{runner} --explain did not finish (rc={ret.returncode}): "
-                                    f"{ret.stdout.decode('utf-8', 'replace')[-500:]!r}")
-    other = {"answer": "unknown", "why": ""}
-    localusers = {"answer": None, "file": os.path.join(releases, current, chain.localusers), "why": ""}
-    system, parts, guard_says = False, {}, None
+        decided = program.runner.explain(release_dir, env, slurmd_pid=slurmd_pid)
+    except Exception as exc:
+        raise CommandExecutionError(f"release {current} could not explain: {type(exc).__name__}: {exc}") from exc
+    other, verdict = decided["other"], decided["guard"]
     acts = {name: text.format(user=user, uid=uid, allow=settings["ssh_allow_file"]) for name, text in _ACTS.items()}
-    for _, text in lines:
-        found = re.match(r"start; other jobs of this user on this node: (yes|no|unknown) \((.*)\)(; skipping the "
-                         r"lastuserjob parts)?\Z", text)
-        if found:
-            other = {"answer": found.group(1), "why": found.group(2)}
-            continue
-        answer, is_system = _rec.guard_answer(text)
-        if answer:
-            localusers.update(answer=answer, why=text)
-            system, guard_says = is_system, text
-            continue
-        found = re.match(r"skipping (\S+): (.*)\Z", text)
-        if found:
-            name, why = found.groups()
-            if why == "the localusers guard says do nothing" and guard_says:
-                parts[name] = f"does nothing: {guard_says}"
-            else:
-                parts[name] = f"skipped: {why}"
-            continue
-        found = re.match(r"running (\S+)( for uid [0-9]+)?\Z", text)
-        if found:
-            name = found.group(1)
+    parts = {}
+    for name, (kind, detail) in decided["parts"].items():
+        if kind == "run":
             parts[name] = f"acts: {acts[name]}" if name in acts else "runs (a site part: what it does is its own)"
+        elif kind == "guard":
+            parts[name] = f"does nothing: {detail}"
+        else:
+            parts[name] = f"skipped: {detail}"
     report = {
         "user": user, "uid": uid, "job": job, "release": current,
-        "localusers": localusers,
-        "system_account": system,
-        "other_jobs": other,
+        "localusers": {"answer": verdict.listed if verdict else None,
+                       "file": os.path.join(release_dir, chain.localusers), "why": verdict.why if verdict else ""},
+        "system_account": bool(verdict and verdict.system),
+        "other_jobs": {"answer": other.answer, "why": other.why},
         "parts": parts,
-        "decisions": [f"{level}: {text}" for level, text in lines],
+        "decisions": [f"{level}: {text}" for level, text in decided["lines"]],
     }
     if uid is None:
         report["account"] = f"no account {user!r} on this node: explained as a job end whose user does not resolve"
-    records, _ = _rec.read(settings["record_file"])
+    records, _ = _node.record.read(settings["record_file"])
     last = [rec for rec in records if rec.get("stage") == "epilog" and rec.get("user") == user]
-    report["last_job_end"] = _rec.what_was_done(last[-1]) if last else \
+    report["last_job_end"] = _node.record.what_was_done(last[-1]) if last else \
         f"no job end of {user!r} recorded on this node (in {settings['record_file']} and its .1)"
     return report
 
@@ -1039,17 +1068,17 @@ def report(since=None, user=None, job=None):
     """
     settings, _ = _settings()
     try:
-        start = None if since is None else _rec.epoch(since, time.time())
-    except _rec.RecordError as exc:
+        start = None if since is None else _node.record.epoch(since, time.time())
+    except _node.record.RecordError as exc:
         raise CommandExecutionError(str(exc)) from None
     if user is not None and (not isinstance(user, str) or not user):
         raise CommandExecutionError(f"user must be an account name, and Salt read this one as {user!r}: quote a "
                                     "name such as no, on or 123 twice, as in user='\"no\"'")
     if job is not None and not re.fullmatch(r"[1-9][0-9]{0,9}", str(job)):
         raise CommandExecutionError(f"job must be a numeric Slurm job id, got {job!r}")
-    records, problems = _rec.read(settings["record_file"])
-    chosen = _rec.choose(records, start, user, job)
+    records, problems = _node.record.read(settings["record_file"])
+    chosen = _node.record.choose(records, start, user, job)
     if job is not None:
         return {"job": int(job), "records": chosen, "problems": problems,
-                "what_was_done": [_rec.what_was_done(rec) for rec in chosen if rec.get("stage") == "epilog"]}
-    return {**_rec.summary(chosen, start), "problems": problems}
+                "what_was_done": [_node.record.what_was_done(rec) for rec in chosen if rec.get("stage") == "epilog"]}
+    return {**_node.record.summary(chosen, start), "problems": problems}

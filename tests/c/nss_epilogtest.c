@@ -11,6 +11,9 @@
 struct account { const char *name; uid_t uid; gid_t gid; };
 static const struct account accounts[] = {
     {"-v", 50199, 50199},
+    /* a second name at je.kim's uid (a listed operator's), as a directory
+     * whose uids collide with a local account's serves one */
+    {"jekim-alias", 50103, 50103},
     {NULL, 0, 0},
 };
 static int next_entry;

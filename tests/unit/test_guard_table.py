@@ -1,106 +1,111 @@
-"""The localusers guard's decision table (epilog_guard and epilog_identity,
-_checks.sh.jinja), as the state renders them, with their inputs stubbed: the
-account database (id), the list's content, a failing read (grep), the job's
-name and uid. Every row says act or do nothing, and why. No root: the
-functions run in a bash of the test's own, and say what they decide on
-stdout (the runner's explain mode), writing nothing."""
-import re
-import subprocess
-from pathlib import Path
+"""The localusers guard's decision table (epilog_node/guard.py): identity()
+and decide() called directly with their facts given as data: the account
+database (a dict), the list's bytes or the error reading it failed with,
+the job's name and uid, login.defs' range. Every row says act, spare or
+unknown, and why. No root, no files: the node tier runs the same table
+through real parts (tests/node/test_guard_matrix.py)."""
+import errno
 
 import pytest
 
-from tests.unit.test_settings import render, render_text
+from tests.unit.conftest import node
 
-# The account database the stub `id` answers from (name: uid).
+guard = node("guard")
+RULES_CHARS = "A-Za-z0-9._@-"
+# The account database the rows are judged against (name: uid).
 ACCOUNTS = {"alice": 50101, "je.kim": 50103, "-v": 50106, "daemon": 1, "slurm": 64030, "nobody": 65534,
-            "ldap.user": 70000}
+            "ldap.user": 70000, "root": 0, "joe": 50110, "jekim-alias": 50103, "jeXkim": 50120, "al.ce": 50121,
+            "alice2": 50122, "xalice": 50123}
+LIST = "/etc/slurm/epilog-releases/0123456789ab/localusers.backup"
+DEFS = (1000, 60000)
 
 
-def login_defs():
-    """This machine's UID_MIN and UID_MAX, as the guard reads them."""
-    try:
-        text = Path("/etc/login.defs").read_text()
-    except OSError:
-        text = ""
-    found = {key: int(value) for key, value in re.findall(r"(?m)^\s*(UID_MIN|UID_MAX)\s+([0-9]+)", text)}
-    return found.get("UID_MIN", 1000), found.get("UID_MAX", 60000)
+def judge(user, uid, listing=b"root\njoe\n", accounts=ACCOUNTS, defs=DEFS):
+    ident = guard.identity(user, None if uid is None else str(uid), accounts.get, RULES_CHARS)
+    return ident, guard.decide(ident, user, listing, LIST, accounts.get, defs)
 
 
-@pytest.fixture(scope="module")
-def guard(tmp_path_factory):
-    """A bash with the rendered shared code and checks, and a runner for
-    one decision: guard(user, uid, listing, grep_rc) -> (rc, the last line)."""
-    tmp = tmp_path_factory.mktemp("guard")
-    settings = render(tmp, {})["settings"]
-    code = render_text(tmp, "{% include 'epilog/files/_core.sh.jinja' %}\n{% include 'epilog/files/_checks.sh.jinja' %}\n",
-                       {}, epilog=settings, release="0123456789ab")
-    stubs = "\n".join([
-        "id() { case $3 in " + " ".join(f"{name!r}) echo {uid} ;;" for name, uid in ACCOUNTS.items())
-        + " *) echo \"id: $3: no such user\" >&2; return 1 ;; esac; }",
-        'if [ -n "$GREP_RC" ]; then grep() { return "$GREP_RC"; }; fi',
-        'EPILOG_LOCALUSERS=$LIST',
-        "EPILOG_EXPLAIN=yes",  # epilog_log says it on stdout, and writes nothing
-        'epilog_guard; echo "rc=$?"',
-    ])
-    script = tmp / "guard.sh"
-    script.write_text(code + "\n" + stubs + "\n")
-
-    def decide(user, uid, listing=b"root\njoe\n", grep_rc=None, list_path=None):
-        listed = tmp / "localusers.backup"
-        if listing is None:
-            listed.unlink(missing_ok=True)
-        else:
-            listed.write_bytes(listing)
-        env = {"SLURM_JOB_USER": user, "SLURM_JOB_UID": "" if uid is None else str(uid), "SLURM_JOB_ID": "7",
-               "LIST": str(list_path or listed), "GREP_RC": "" if grep_rc is None else str(grep_rc)}
-        out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30).stdout
-        lines = out.splitlines()
-        return int(lines[-1].split("=")[1]), lines[-2] if len(lines) > 1 else ""
-    decide.tmp = tmp
-    return decide
-
-
-UID_MIN, UID_MAX = login_defs()
-
-
-@pytest.mark.parametrize("user,uid,listing,grep_rc,acts,said", [
-    ("alice", 50101, b"root\njoe\n", None, True, "not listed in {list}; acting for uid 50101"),
-    ("je.kim", 50103, b"root\nje.kim\n", None, False, "listed in {list}; doing nothing"),
-    ("je.kim", 50103, b"root\r\nje.kim\r\n", None, False, "listed in {list}; doing nothing"),
+@pytest.mark.parametrize("user,uid,listing,answer,said", [
+    ("alice", 50101, b"root\njoe\n", "act", f"not listed in {LIST}; acting for uid 50101"),
+    ("je.kim", 50103, b"root\nje.kim\n", "spare", f"listed in {LIST}; doing nothing"),
+    ("je.kim", 50103, b"root\r\nje.kim\r\n", "spare", f"listed in {LIST}; doing nothing"),
+    ("je.kim", 50103, b"root\n\n\r\nje.kim", "spare", "listed in"),
     # a literal whole line: no regex, no substring, no prefix
-    ("alice", 50101, b"al.ce\n.*\nalice2\n alice\n", None, True, "acting for uid 50101"),
-    ("alice", 50101, None, None, False, "localusers lookup failed (not a readable regular file: {list}); doing nothing"),
-    ("alice", 50101, b"root\n", 2, False, "localusers lookup failed (grep rc=2, file={list}); doing nothing"),
+    ("alice", 50101, b"root\njoe\nal.ce\nalice2\nxalice\n", "act", "acting for uid 50101"),
+    ("je.kim", 50103, b"root\njeXkim\n", "act", "acting for uid 50103"),
+    # the exemption covers the uid of every listed name: a second name at it is that operator
+    ("jekim-alias", 50103, b"root\nje.kim\n", "spare", f"uid 50103 is the uid of je.kim, listed in {LIST}"),
+    # a listed name that does not resolve might be at this uid: never a licence
+    ("alice", 50101, b"root\nje.kim\nghost\n", "unknown", f"localusers lookup failed (ghost, listed in {LIST}"),
+    ("alice", 50101, OSError(errno.ENOENT, "No such file or directory"), "unknown",
+     f"localusers lookup failed (No such file or directory: {LIST}); doing nothing"),
+    ("alice", 50101, OSError(errno.EACCES, "Permission denied"), "unknown",
+     f"localusers lookup failed (Permission denied: {LIST}); doing nothing"),
+    ("alice", 50101, OSError(errno.EINVAL, "not a regular file"), "unknown", "not a regular file"),
     # names are data: a user called -v is looked up and judged like any other
-    ("-v", 50106, b"root\n", None, True, "acting for uid 50106"),
-    ("-v", 50106, b"root\n-v\n", None, False, "listed in {list}; doing nothing"),
-    ("daemon", 1, b"root\n", None, False, "is root or a system account"),
-    ("slurm", 64030, b"root\n", None, UID_MAX >= 64030, "acting for uid 64030" if UID_MAX >= 64030 else
-     "is root or a system account"),
-    ("nobody", 65534, b"root\n", None, False, "is root or a system account"),
-    ("ldap.user", 70000, b"root\n", None, True, "acting for uid 70000"),
-    ("ghost", 50999, b"root\n", None, False, "the name ghost does not resolve on this node to uid 50999"),
-    ("alice", 50103, b"root\n", None, False, "the name alice does not resolve on this node to uid 50103 (id rc=0, uid 50101)"),
-    ("12345", 12345, b"root\n", None, False, "the job user name 12345 is digits only"),
-    ("al ice", 50101, b"root\n", None, False, "the job user name is empty or unusual"),
-    ("a/b", 50101, b"root\n", None, False, "the job user name is empty or unusual"),
-    ("alice", 0, b"root\n", None, False, "SLURM_JOB_UID (0) is not a uid from 1 to 4294967294"),
-    ("alice", 4294967295, b"root\n", None, False, "SLURM_JOB_UID (4294967295) is not a uid from 1 to 4294967294"),
-    ("alice", None, b"root\n", None, False, "SLURM_JOB_UID (unset) is not a uid"),
-], ids=["not-listed", "listed", "listed-crlf", "no-regex-no-substring", "list-absent", "list-unreadable", "user-dash-v",
-        "dash-v-listed", "system-below-uid-min", "debian-static-range", "nobody", "directory-user-above-65535",
-        "unknown-name", "name-of-another-uid", "digits-only", "whitespace", "slash", "uid-0", "uid-minus-1",
-        "uid-unset"])
-def test_the_guard_acts_only_for_a_known_unlisted_ordinary_user(guard, user, uid, listing, grep_rc, acts, said):
-    rc, line = guard(user, uid, listing, grep_rc)
-    assert (rc == 0) == acts, line
-    assert said.format(list=guard.tmp / "localusers.backup") in line, line
-    assert line.startswith(("info ", "warning ")) and "release=0123456789ab" in line, line
+    ("-v", 50106, b"root\n", "act", "acting for uid 50106"),
+    ("-v", 50106, b"root\n-v\n", "spare", f"listed in {LIST}; doing nothing"),
+    ("daemon", 1, b"root\n", "spare", "is root or a system account (UID_MIN=1000, UID_MAX=60000)"),
+    ("slurm", 64030, b"root\n", "spare", "is root or a system account"),
+    ("nobody", 65534, b"root\n", "spare", "is root or a system account"),
+    ("ldap.user", 70000, b"root\n", "act", "acting for uid 70000"),
+    ("ghost", 50999, b"root\n", "unknown", "the name ghost does not resolve on this node to uid 50999 (no account"),
+    ("alice", 50103, b"root\n", "unknown", "the name alice does not resolve on this node to uid 50103 (it resolves "
+                                           "to uid 50101)"),
+    ("12345", 12345, b"root\n", "unknown", "the job user name 12345 is digits only"),
+    ("al ice", 50101, b"root\n", "unknown", "the job user name is empty or unusual"),
+    ("a/b", 50101, b"root\n", "unknown", "the job user name is empty or unusual"),
+    ("", 50101, b"root\n", "unknown", "the job user name is empty or unusual"),
+    ("alice", 0, b"root\n", "unknown", "SLURM_JOB_UID (0) is not a uid from 1 to 4294967294"),
+    ("alice", 4294967295, b"root\n", "unknown", "SLURM_JOB_UID (4294967295) is not a uid from 1 to 4294967294"),
+    ("alice", "050101", b"root\n", "unknown", "SLURM_JOB_UID (050101) is not a uid"),
+    ("alice", "+50101", b"root\n", "unknown", "SLURM_JOB_UID (+50101) is not a uid"),
+    ("alice", "\u0665\u0660\u0661\u0660\u0661", b"root\n", "unknown", "is not a uid"),
+    ("alice", None, b"root\n", "unknown", "SLURM_JOB_UID (unset) is not a uid"),
+], ids=["not-listed", "listed", "listed-crlf", "listed-blank-lines", "no-regex-no-substring", "regex-wildcard",
+        "second-name-at-an-operators-uid", "listed-name-unresolved", "list-absent", "list-unreadable",
+        "list-a-directory", "user-dash-v", "dash-v-listed", "system-below-uid-min", "debian-static-range", "nobody",
+        "directory-user-above-65535", "unknown-name", "name-of-another-uid", "digits-only", "whitespace", "slash",
+        "empty", "uid-0", "uid-minus-1", "uid-leading-zero", "uid-plus", "uid-other-digits", "uid-unset"])
+def test_the_guard_acts_only_for_a_known_unlisted_ordinary_user(user, uid, listing, answer, said):
+    _ident, verdict = judge(user, uid, listing)
+    assert verdict.answer == answer, verdict
+    assert said in verdict.why, verdict
+    assert (verdict.uid is not None) == (answer == "act")
+    assert verdict.level == ("warning" if answer == "unknown" else "info")
 
 
-def test_a_list_that_is_a_directory_is_a_lookup_failure(guard):
-    directory = guard.tmp / "a-directory"
-    directory.mkdir(exist_ok=True)
-    rc, line = guard("alice", 50101, list_path=directory)
-    assert rc == 1 and f"not a readable regular file: {directory}" in line, line
+def test_the_database_is_asked_only_for_a_name_that_passes_every_check():
+    asked = []
+
+    def lookup(name):
+        asked.append(name)
+        return ACCOUNTS.get(name)
+
+    for user, uid in (("a/b", 1), ("12345", 12345), ("alice", 0), ("alice", "x")):
+        assert not guard.identity(user, str(uid), lookup, RULES_CHARS).ok
+    assert asked == []
+    assert guard.identity("alice", "50101", lookup, RULES_CHARS).ok and asked == ["alice"]
+
+
+def test_the_verdict_says_what_explain_and_the_record_show():
+    _, acted = judge("alice", 50101)
+    _, listed = judge("je.kim", 50103, b"je.kim\n")
+    _, system = judge("daemon", 1)
+    _, unknown = judge("ghost", 1)
+    assert (acted.listed, acted.system) == ("not listed", False)
+    assert (listed.listed, listed.system) == ("listed", False)
+    assert (system.listed, system.system) == ("not listed", True)
+    assert (unknown.listed, unknown.system) == ("unknown user", False)
+
+
+@pytest.mark.parametrize("text,defs", [
+    (b"UID_MIN 2000\nUID_MAX 3000\n", (2000, 3000)),
+    (b"# UID_MIN 1\n  UID_MIN\t500\nUID_MIN 700\n", (500, 60000)),
+    (b"UID_MINX 5\nUID_MIN x\n", (1000, 60000)),
+    (b"", (1000, 60000)),
+])
+def test_login_defs_first_value_of_each_counts(tmp_path, text, defs):
+    path = tmp_path / "login.defs"
+    path.write_bytes(text)
+    assert node("system").login_defs(str(path)) == defs

@@ -1,15 +1,15 @@
-"""The decision-record reader behind epilog.report and explain (the module's
-epilog_records.py): which lines it trusts, how it reads since=, what each
-record decided, and the report's counts. Pure: no root, no Salt loader.
-Reading real records that real job ends wrote is tests/functional/
-test_report.py's."""
+"""The decision-record reader behind epilog.report and explain (the node
+program's record.py, which the module loads): which lines it trusts, how it
+reads since=, what each record decided, and the report's counts. Pure: no
+root, no Salt loader. Reading real records that real job ends wrote is
+tests/salt/test_report.py's."""
 import datetime
 
 import pytest
 
-from tests.helpers import REPO, load_file
+from tests.unit.conftest import node
 
-records = load_file(REPO / "_modules/epilog_records.py", "epilog_records_unit")
+records = node("record")
 
 GOOD = {"v": 1, "stage": "epilog", "node": "n1", "job": 7, "user": "alice", "uid": 50101, "start": 1.8e9, "ms": 40,
         "other": {"answer": "no", "why": ""}, "guard": {"answer": "act", "why": "not listed in x"}, "warnings": 0,
@@ -45,7 +45,8 @@ NOW = 1.8e9
 
 @pytest.mark.parametrize("since, expect", [
     ("90s", NOW - 90), ("30m", NOW - 1800), ("12h", NOW - 43200), ("1d", NOW - 86400), ("2w", NOW - 1209600),
-    (1.7e9, 1.7e9), ("2026-12-01T10:00:00Z", 1796119200.0),
+    (1.7e9, 1.7e9), ("2026-12-01T10:00:00Z", 1796119200.0), ("2026-12-01T11:00+01:00", 1796119200.0),
+    ("2026-12-01T05:00:00-0500", 1796119200.0),
     (datetime.datetime(2026, 12, 1, 10, 0, tzinfo=datetime.timezone.utc), 1796119200.0),
 ])
 def test_since_is_a_duration_an_epoch_or_a_time(since, expect):

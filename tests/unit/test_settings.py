@@ -4,12 +4,13 @@ given as plain data: the rules a bad pillar meets, the message naming its
 entry, and what a good one merges to. No root and no Salt loader: this is
 what the states and the epilog module (settings.jinja) both read."""
 import copy
+import json
 import re
 
 import pytest
 import yaml
 
-from tests.helpers import LAYOUT, REPO, load_file
+from tests.helpers import LAYOUT, REPO
 
 salt_templates = pytest.importorskip("salt.utils.templates")
 dictupdate = pytest.importorskip("salt.utils.dictupdate")
@@ -51,21 +52,30 @@ def render_text(tmp_path, template, pillar, os_family="Debian", validate=True, *
     return salt_templates.render_jinja_tmpl(template, context)
 
 
+def merged(tmp_path, pillar, os_family="Debian"):
+    """map.jinja's epilog: the merge with the package names, which the
+    states install and no release holds."""
+    text = render_text(tmp_path, '{%- from "epilog/map.jinja" import epilog with context %}{{ epilog | json }}', pillar,
+                       os_family, True)
+    return json.loads(text)
+
+
 def test_the_defaults_are_the_settings_of_an_empty_pillar(tmp_path):
     out = render(tmp_path, {})
     assert out["rules"] == RULES
     # and the module's names of what the states lay down are layout.yaml's
     assert out["layout"] == LAYOUT
     assert {key: out["settings"][key] for key in DEFAULTS} == DEFAULTS
-    assert out["settings"]["pkgs"] == ["python3", "procps", "perl-base"]
+    # the package names are in no release's settings (they differ per family)
+    assert "pkgs" not in out["settings"]
+    assert merged(tmp_path, {})["pkgs"] == ["python3"]
 
 
 def test_the_pillar_over_lookup_over_the_family_over_the_defaults(tmp_path):
-    out = render(tmp_path, {"epilog": {"lookup": {"pkgs": ["python39"], "sweep_budget": 4, "localusers": ["a"]},
-                                       "sweep_budget": 5, "localusers": ["root", "-v"],
-                                       "slurm_config_dir": "/opt/slurm/etc/"}},
-                 os_family="RedHat")["settings"]
-    assert out["pkgs"] == ["python39"]
+    pillar = {"epilog": {"lookup": {"pkgs": ["python39"], "sweep_budget": 4, "localusers": ["a"]},
+                         "sweep_budget": 5, "localusers": ["root", "-v"], "slurm_config_dir": "/opt/slurm/etc/"}}
+    out = render(tmp_path, pillar, os_family="RedHat")["settings"]
+    assert merged(tmp_path, pillar, "RedHat")["pkgs"] == ["python39"]
     assert out["sweep_budget"] == 5
     assert out["localusers"] == ["root", "-v"], "lists are replaced, not merged; a leading - is a name"
     assert out["slurm_config_dir"] == "/opt/slurm/etc"
@@ -133,8 +143,9 @@ def test_the_recovery_operations_get_the_merge_without_the_checks(tmp_path):
 def test_the_sweep_refuses_exactly_the_scratch_patterns_the_rules_refuse():
     """The sweep runs on nodes without rules.yaml, so it holds the pattern
     itself: the very same one."""
-    sweep = load_file(REPO / "_modules/epilog_sweep.py", "epilog_sweep_settings")
-    assert sweep.PATTERN_OK.pattern == RULES["scratch_pattern"]
+    from tests.unit.conftest import node  # pylint: disable=import-outside-toplevel
+
+    assert node("sweep").PATTERN_OK.pattern == RULES["scratch_pattern"]
 
 
 @pytest.mark.parametrize("name,ok", [

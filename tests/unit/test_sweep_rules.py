@@ -1,7 +1,8 @@
-"""The sweep's pure rules (epilog_sweep.py, standard library only): the
-names it recognises, the lock content it trusts, the scratch patterns, the
-arguments it refuses, how it shows a hostile name, and its log's batching.
-No root, no Salt, no /tmp."""
+"""The sweep's pure rules (epilog_node/sweep.py): the names it recognises,
+the lock content it trusts, the scratch patterns, the arguments it refuses,
+how a hostile name is shown; the log (epilog_node/log.py): syslog, its
+bound, its rotation; part 45 (parts.sweep): the job it takes, the fact it
+hands the record, a SIGTERM mid-sweep. No root, no Salt, no /tmp."""
 import json
 import os
 import signal
@@ -10,9 +11,13 @@ import subprocess
 
 import pytest
 
-from tests.helpers import REPO, load_file
+from tests.helpers import REPO
+from tests.unit.conftest import node
 
-sweep = load_file(REPO / "_modules/epilog_sweep.py", "epilog_sweep_unit")
+sweep = node("sweep")
+system = node("system")
+logs = node("log")
+parts = node("parts")
 
 
 @pytest.mark.parametrize("name,display", [
@@ -112,7 +117,7 @@ def test_the_sweep_takes_a_plain_job_with_its_uid():
     ("/tmp/u\u2028v\u202e", "/tmp/u\\u2028v\\u202e"), ("/tmp/\x00\x01", "/tmp/\\x00\\x01"),
 ])
 def test_a_name_is_shown_on_one_line_whatever_it_holds(name, shown):
-    assert sweep._show(name) == shown
+    assert system.show(name) == shown
 
 
 def test_a_plain_name_is_shown_as_the_escaping_would_show_it():
@@ -127,19 +132,18 @@ def test_a_plain_name_is_shown_as_the_escaping_would_show_it():
     samples = [chr(c) for c in range(1, 0x3000)] + ["\udcff", "\U0001f600", "\u2028", "\x7f", "\x85", "\ufeff"]
     for char in samples:
         name = f"/tmp/clsbd.u{char}x.12"
-        assert sweep._show(name) == escaped(name), repr(char)
+        assert system.show(name) == escaped(name), repr(char)
 
 
 @pytest.fixture
-def log_sinks(tmp_path):
-    """A log file and a syslog socket of the test's own."""
-    fd = os.open(tmp_path / "epilog.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    syslog = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    syslog.bind(str(tmp_path / "log"))
-    syslog.setblocking(False)
-    yield tmp_path / "epilog.log", fd, syslog
-    os.close(fd)
-    syslog.close()
+def syslog(tmp_path, monkeypatch):
+    """A syslog socket of the test's own, in place of /dev/log."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(tmp_path / "log"))
+    sock.setblocking(False)
+    monkeypatch.setattr(logs, "SYSLOG", str(tmp_path / "log"))
+    yield sock
+    sock.close()
 
 
 def _datagrams(sock):
@@ -151,58 +155,103 @@ def _datagrams(sock):
             return out
 
 
-def test_the_log_writes_its_lines_together_at_a_flush_and_each_to_syslog(log_sinks, monkeypatch):
-    path, fd, syslog = log_sinks
-    log = sweep._Log(None, "45-stale-x-display", job="7", user="-v", log_fd=fd, release="0123456789ab")
-    monkeypatch.setattr(log, "SYSLOG", syslog.getsockname())
-    log("info", "stale X display purged: :84")
-    log("warning", "kept /tmp/.X85-lock: malformed")
-    assert path.read_text() == "" and _datagrams(syslog) == []
-    log.flush()
+class Trusting:
+    """A Trust that calls every directory root's own (the test runs without root)."""
+
+    @staticmethod
+    def root_only(directory):
+        return True
+
+
+def test_the_log_writes_each_line_at_once_and_to_syslog_at_its_flush(tmp_path, syslog):
+    path = tmp_path / "epilog.log"
+    log = logs.Log(str(path), Trusting(), job="7", user="-v", release="0123456789ab", source="45-stale-x-display")
+    log.info("stale X display purged: :84")
+    log.warning("kept /tmp/.X85-lock: malformed")
+    assert _datagrams(syslog) == []
     lines = path.read_text().splitlines()
     assert [line.split(" ", 2)[1:] for line in lines] == [
         ["info", "45-stale-x-display job=7 user=-v release=0123456789ab: stale X display purged: :84"],
         ["warning", "45-stale-x-display job=7 user=-v release=0123456789ab: kept /tmp/.X85-lock: malformed"]]
+    log.close()
     assert _datagrams(syslog) == [
         "<30>slurm-epilog: 45-stale-x-display job=7 user=-v release=0123456789ab: stale X display purged: :84",
         "<28>slurm-epilog: 45-stale-x-display job=7 user=-v release=0123456789ab: kept /tmp/.X85-lock: malformed"]
+    assert log.warnings == 1
 
 
-def test_the_log_flushes_by_itself_every_flush_lines(log_sinks, monkeypatch):
-    path, fd, syslog = log_sinks
-    log = sweep._Log(None, "epilog.sweep", log_fd=fd)
-    monkeypatch.setattr(log, "SYSLOG", syslog.getsockname())
-    for i in range(log.FLUSH_LINES + 1):
-        log("info", f"line {i}")
-    lines = path.read_text().splitlines()
-    assert [line.rsplit(" ", 1)[-1] for line in lines[:log.FLUSH_LINES]] == [str(i) for i in range(log.FLUSH_LINES)]
-    # syslog got them too, as far as its queue took them (nobody reads it
-    # here): a full queue drops lines, never holds the sweep up, and the
-    # file says how many it dropped
+def test_syslog_gets_its_lines_in_batches_and_a_full_queue_drops_never_waits(tmp_path, syslog):
+    path = tmp_path / "epilog.log"
+    log = logs.Log(str(path), Trusting(), source="epilog.sweep")
+    for i in range(logs.SYSLOG_BATCH + 1):
+        log.info(f"line {i}")
     received = _datagrams(syslog)
-    assert received and received[0].endswith("line 0")
-    assert lines[log.FLUSH_LINES:] == [] if len(received) == log.FLUSH_LINES else lines[log.FLUSH_LINES].endswith(
-        f"{log.FLUSH_LINES - len(received)} of these {log.FLUSH_LINES} lines did not reach syslog (its queue was full)")
-    log.flush()
-    assert path.read_text().splitlines()[-1].endswith(f"line {log.FLUSH_LINES}")
+    assert received and received[0].endswith("line 0") and len(received) <= logs.SYSLOG_BATCH
+    lines = path.read_text().splitlines()
+    # syslog got them too, as far as its queue took them (nobody reads it
+    # here): the file says how many it dropped
+    if len(received) < logs.SYSLOG_BATCH:
+        assert any(line.endswith(f"{logs.SYSLOG_BATCH - len(received)} of these {logs.SYSLOG_BATCH} lines did not "
+                                 "reach syslog (its queue was full)") for line in lines)
+    log.close()
+    assert path.read_text().count("line ") >= logs.SYSLOG_BATCH + 1
 
 
-def test_a_preview_logs_nothing(log_sinks, monkeypatch):
-    path, fd, syslog = log_sinks
-    log = sweep._Log(None, "epilog.sweep", log_fd=fd, enabled=False)
-    monkeypatch.setattr(log, "SYSLOG", syslog.getsockname())
-    log("info", "would be purged")
-    log.flush()
-    assert path.read_text() == "" and _datagrams(syslog) == []
+def test_a_preview_logs_nothing(tmp_path, syslog):
+    log = logs.Log(str(tmp_path / "epilog.log"), Trusting(), source="epilog.sweep")
+    residue = tmp_path / "tmp"
+    residue.mkdir()
+    report = sweep.run_sweep(test=True, log=log.line)
+    log.close()
+    assert report["test"] is True
+    assert not (tmp_path / "epilog.log").exists() and _datagrams(syslog) == []
 
 
-def test_the_log_goes_on_without_syslog(log_sinks, monkeypatch, tmp_path):
-    path, fd, _ = log_sinks
-    log = sweep._Log(None, "epilog.sweep", log_fd=fd)
-    monkeypatch.setattr(log, "SYSLOG", str(tmp_path / "no-such-socket"))
-    log("info", "one")
-    log.flush()
-    assert path.read_text().endswith("epilog.sweep job=none user=none: one\n")
+def test_the_log_goes_on_without_syslog(tmp_path, monkeypatch):
+    monkeypatch.setattr(logs, "SYSLOG", str(tmp_path / "no-such-socket"))
+    log = logs.Log(str(tmp_path / "epilog.log"), Trusting(), source="epilog.sweep")
+    log.info("one")
+    log.close()
+    assert (tmp_path / "epilog.log").read_text().endswith("epilog.sweep job=none user=none: one\n")
+
+
+def test_a_run_logs_at_most_lines_max_lines_and_says_how_many_more(tmp_path, monkeypatch):
+    """Whatever floods (a part, thousands of names), a job end writes a
+    bounded log: LINES_MAX lines, then one line with the count of the rest."""
+    monkeypatch.setattr(logs, "SYSLOG", str(tmp_path / "no-such-socket"))
+    log = logs.Log(str(tmp_path / "epilog.log"), Trusting(), source="epilog.sh")
+    for i in range(logs.LINES_MAX + 500):
+        log.warning(f"line {i}")
+    log.close()
+    lines = (tmp_path / "epilog.log").read_text().splitlines()
+    assert len(lines) == logs.LINES_MAX + 1
+    assert lines[-1].endswith(f"500 more lines of this run were not logged (at most {logs.LINES_MAX} a run)")
+    assert log.warnings == logs.LINES_MAX + 500
+
+
+def test_the_log_is_renamed_to_dot_1_past_its_bound_and_a_new_one_begins(tmp_path, monkeypatch):
+    monkeypatch.setattr(logs, "SYSLOG", str(tmp_path / "no-such-socket"))
+    path = tmp_path / "epilog.log"
+    path.write_text("old\n" * 5000)
+    log = logs.Log(str(path), Trusting(), source="epilog.sh", max_bytes=16 * 1024)
+    log.info("new")
+    log.close()
+    assert (tmp_path / "epilog.log.1").read_text() == "old\n" * 5000
+    assert path.read_text().endswith(": new\n") and path.read_text().count("\n") == 1
+
+
+def test_the_log_is_never_opened_through_a_symlink_or_in_a_directory_another_account_writes(tmp_path):
+    target = tmp_path / "target"
+    target.write_text("keep\n")
+    (tmp_path / "epilog.log").symlink_to(target)
+    log = logs.Log(str(tmp_path / "epilog.log"), Trusting(), source="epilog.sh")
+    log.info("x")
+    log.close()
+    assert target.read_text() == "keep\n"
+    log = logs.Log(str(tmp_path / "other.log"), system.Trust(), source="epilog.sh")  # pytest's dir: not root-only
+    log.info("x")
+    log.close()
+    assert not (tmp_path / "other.log").exists() or os.geteuid() == 0
 
 
 def test_the_budget_without_a_pillar_is_the_formulas_default():
@@ -212,23 +261,46 @@ def test_the_budget_without_a_pillar_is_the_formulas_default():
     assert sweep.DEFAULT_BUDGET == defaults["sweep_budget"]
 
 
-def test_the_runners_sigterm_ends_the_sweep_with_what_it_did_in_the_log(tmp_path, monkeypatch, log_sinks):
+class Ctx:
+    """What the runner hands part 45, as plain data: the log and the facts
+    are kept here."""
+
+    def __init__(self, env, patterns=("slurm{jobid}*",)):
+        self.settings = {"scratch_patterns": list(patterns), "sweep_budget": 10}
+        self.env = env
+        self.job = env.get("SLURM_JOB_ID") or None
+        self.lines, self.facts = [], {}
+
+    def log(self, level, line):
+        self.lines.append((level, line))
+
+    def fact(self, key, value):
+        self.facts[key] = value
+
+
+def residue_dir(tmp_path, monkeypatch, names):
+    residue = tmp_path / "tmp"
+    residue.mkdir()
+    for name in names:
+        (residue / name).write_bytes(b"")
+    monkeypatch.setattr(sweep, "TMP", str(residue))
+    monkeypatch.setattr(parts, "TMP", str(residue))
+    return residue
+
+
+def dead_pid():
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    return gone.pid  # reaped: no such process
+
+
+def test_the_runners_sigterm_ends_the_sweep_with_what_it_did_in_the_log(tmp_path, monkeypatch):
     """Part 45 stopped mid-sweep by the runner (SIGTERM, its time is up):
     every entry it removed before is in the log, and so is why it stopped.
     The sweep runs on a directory of the test's own in place of /tmp, and a
     real SIGTERM arrives after its third removal."""
-    path, fd, syslog = log_sinks
-    residue = tmp_path / "tmp"
-    residue.mkdir()
-    gone_child = subprocess.Popen(["true"])
-    gone_child.wait()
-    dead = gone_child.pid  # reaped: no such process
-    for i in range(10):
-        (residue / f"clsbd.user{i}.{dead}").write_bytes(b"")
-    monkeypatch.setattr(sweep, "TMP", str(residue))
-    monkeypatch.setattr(sweep._Log, "SYSLOG", syslog.getsockname())
-    for name in ("SLURM_JOB_ID", "SLURM_JOB_UID", "SLURM_JOB_USER"):
-        monkeypatch.delenv(name, raising=False)
+    dead = dead_pid()
+    residue = residue_dir(tmp_path, monkeypatch, [f"clsbd.user{i}.{dead}" for i in range(10)])
     removals = []
     remove = sweep._Sweep.remove
 
@@ -240,119 +312,95 @@ def test_the_runners_sigterm_ends_the_sweep_with_what_it_did_in_the_log(tmp_path
         return done
 
     monkeypatch.setattr(sweep._Sweep, "remove", remove_then_sigterm)
+    ctx = Ctx({})
     before = signal.getsignal(signal.SIGTERM)
     try:
-        assert sweep.part([f"--log-fd={fd}"]) == 0
+        parts.sweep(ctx)
     finally:
         signal.signal(signal.SIGTERM, before)
         sweep._SIGTERM.clear()
     gone = sorted(f"{residue}/{name}" for name in {f"clsbd.user{i}.{dead}" for i in range(10)}
                   - set(os.listdir(residue)))
     assert len(gone) == 3 and sorted(removals) == gone
-    log = path.read_text()
+    text = "\n".join(line for _, line in ctx.lines)
     for removed in gone:
-        assert f"stale clsbd purged: {removed}\n" in log, log
-    assert "sweep stopped by SIGTERM: the chain's time for part 45 ran out" in log, log
+        assert f"stale clsbd purged: {removed}" in text, text
+    assert "sweep stopped by SIGTERM: the chain's time for part 45 ran out" in text, text
 
 
-def run_part(tmp_path, monkeypatch, log_sinks, argv, job, uid):
-    """part() with ARGV, the job (SLURM_JOB_ID=JOB, SLURM_JOB_UID=UID, user
-    alice) and the log's fd, over a directory of the test's own standing in
-    for /tmp that holds one dead clsbd file. Returns (that directory, the
-    clsbd file's name, the log's text)."""
-    path, fd, syslog = log_sinks
-    residue = tmp_path / "tmp"
-    residue.mkdir()
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    name = f"clsbd.user.{dead.pid}"
-    (residue / name).write_bytes(b"")
-    monkeypatch.setattr(sweep, "TMP", str(residue))
-    monkeypatch.setattr(sweep._Log, "SYSLOG", syslog.getsockname())
-    monkeypatch.setenv("SLURM_JOB_ID", job)
-    monkeypatch.setenv("SLURM_JOB_UID", uid)
-    monkeypatch.setenv("SLURM_JOB_USER", "alice")
-    before = signal.getsignal(signal.SIGTERM)
-    try:
-        assert sweep.part([*argv, f"--log-fd={fd}"]) == 0
-    finally:
-        signal.signal(signal.SIGTERM, before)
-    return residue, name, path.read_text()
+ARABIC = str.maketrans("0123456789", "\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669")
 
 
-@pytest.mark.parametrize("argv,said", [
-    # an option part 45 never passes: nothing is swept, the log says why, 0
-    (["--budget=5", "--json"], "sweep could not run: unknown arguments ['--json']"),
-    (["--budget", "5"], "sweep could not run: unknown arguments ['--budget', '5']"),
-    (["--budget=nope"], "sweep could not run: budget must be a number of seconds, got 'nope'"),
-], ids=["unknown-option", "not-opt=value", "bad-budget"])
-def test_the_part_entry_takes_only_its_own_options_and_never_fails(tmp_path, monkeypatch, log_sinks, argv, said):
-    """part(), what part 45 runs at every job end, parses its pillar
-    arguments itself (no argparse at a job end): anything but --opt=value
-    of its own options is refused, the refusal is logged, nothing is swept,
-    and it still returns 0 (a failing epilog drains the node)."""
-    residue, name, log = run_part(tmp_path, monkeypatch, log_sinks, [*argv, "--release=0123456789ab"], "77", "1001")
-    assert os.listdir(residue) == [name]
-    assert f" warning 45-stale-x-display job=77 user=alice release=0123456789ab: {said}" in log
-
-
-@pytest.mark.parametrize("job,uid,release,prefix", [
-    ("77", "1001", "0123456789ab", "job=77 user=alice release=0123456789ab"),
+@pytest.mark.parametrize("job,uid,scratch", [
+    ("77", "owner", True),
     # digits of another script are digits to str.isdigit, not a job id
-    ("\u0667\u0667", "1001", "0123456789ab", "job=none user=alice release=0123456789ab"),
-    ("77", "\u0661\u0660\u0660\u0661", "0123456789ab", "job=none user=alice release=0123456789ab"),
-    ("77", "0", "0123456789ab", "job=none user=alice release=0123456789ab"),
-    ("77", "1001", "0123456789ab; rm", "job=77 user=alice"),
-], ids=["plain", "job-in-other-digits", "uid-in-other-digits", "uid-0", "release-not-an-id"])
-def test_the_part_entry_takes_the_job_from_slurmd_only_as_plain_numbers(tmp_path, monkeypatch, log_sinks, job, uid,
-                                                                        release, prefix):
-    residue, name, log = run_part(tmp_path, monkeypatch, log_sinks, [f"--release={release}", "--pattern=slurm{jobid}*"],
-                                  job, uid)
-    assert os.listdir(residue) == []
-    assert f" info 45-stale-x-display {prefix}: stale clsbd purged: {residue}/{name}\n" in log
+    ("77".translate(ARABIC), "owner", False),
+    ("77", "owner-in-other-digits", False),
+    ("77", "0", False),
+    ("77; rm -rf /", "owner", False),
+], ids=["plain", "job-in-other-digits", "uid-in-other-digits", "uid-0", "job-not-a-number"])
+def test_part_45_takes_the_job_from_slurmd_only_as_plain_numbers(tmp_path, monkeypatch, job, uid, scratch):
+    """The job's scratch goes only with a plain job id and a plain uid of
+    1 to 4294967294 from slurmd (and only the entries that uid owns); the
+    residue of every user goes all the same."""
+    owner = os.getuid() or 1001
+    dead = dead_pid()
+    residue = residue_dir(tmp_path, monkeypatch, [f"clsbd.user.{dead}", "slurm77.out"])
+    if os.geteuid() == 0:
+        for name in os.listdir(residue):
+            os.chown(residue / name, owner, -1)
+    uid = {"owner": str(owner), "owner-in-other-digits": str(owner).translate(ARABIC)}.get(uid, uid)
+    ctx = Ctx({"SLURM_JOB_ID": job, "SLURM_JOB_UID": uid, "SLURM_JOB_USER": "alice"})
+    parts.sweep(ctx)
+    assert f"clsbd.user.{dead}" not in os.listdir(residue)
+    assert ("slurm77.out" not in os.listdir(residue)) == scratch
+    assert ctx.facts["sweep"]["counts"]["clsbd"] == {"removed": 1, "kept": 0}
 
 
-def test_the_part_hands_its_counts_and_paths_to_the_runner_on_its_fact_fd(tmp_path, monkeypatch, log_sinks):
-    """Under the runner, part 45 gets --fact-fd=3: one line 'fact sweep
-    JSON' with the counts per kind and the paths, which the runner puts in
-    the job end's record."""
-    read_end, write_end = os.pipe()
-    try:
-        residue, name, _ = run_part(tmp_path, monkeypatch, log_sinks, [f"--fact-fd={write_end}"], "77", "1001")
-        os.close(write_end)
-        with os.fdopen(read_end, "rb") as pipe:
-            lines = pipe.read().splitlines()
-    finally:
-        for fd in (read_end, write_end):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-    assert len(lines) == 1 and lines[0].startswith(b"fact sweep ")
-    fact = json.loads(lines[0][len(b"fact sweep "):])
-    assert fact["counts"]["clsbd"] == {"removed": 1, "kept": 0}
-    assert fact["removed"] == [f"{residue}/{name}"] and fact["removed_more"] == 0 and fact["kept"] == []
+def test_part_45_on_a_node_without_residue_never_imports_the_sweep(tmp_path, monkeypatch):
+    """An idle node's /tmp: part 45 looks and is done, no fact, no sweep."""
+    residue_dir(tmp_path, monkeypatch, ["other-file", ".ICE-unix"])
+    ctx = Ctx({"SLURM_JOB_ID": "77", "SLURM_JOB_UID": "1001"})
+    parts.sweep(ctx)
+    assert ctx.facts == {} and ctx.lines == []
 
 
 @pytest.mark.parametrize("name", ['/tmp/clsbd."quoted"', "/tmp/back\\slash", "/tmp/new\nline", "/tmp/\x1b[31mred",
                                   "/tmp/bytes\udcff\udcfe", "/tmp/astral\U0001f600", "/tmp/u\u2028sep"])
 def test_the_sweeps_fact_is_one_line_of_json_whatever_the_names(name):
-    """Names in /tmp are a user's: the fact stays one line of printable
-    ASCII that parses back to the very names the sweep reported."""
+    """Names in /tmp are a user's: the fact the runner sends down its pipe
+    stays one line of printable ASCII that parses back to the very names the
+    sweep reported."""
     report = {"counts": {kind: {"removed": 0, "kept": 0} for kind in sweep.KINDS},
-              "removed": [sweep._show(name)], "kept": [{"path": sweep._show(name + "k"), "kind": "clsbd", "reason": "x"}]}
-    line = sweep.fact_line(report)
-    assert line.endswith("\n") and "\n" not in line[:-1] and line.isascii() and line[:-1].isprintable()
-    fact = json.loads(line[len("fact sweep "):])
-    assert fact["removed"] == [sweep._show(name)] and fact["kept"] == [sweep._show(name + "k")]
+              "removed": [system.show(name)],
+              "kept": [{"path": system.show(name + "k"), "kind": "clsbd", "reason": "x"}]}
+    line = json.dumps(["fact", "sweep", sweep.fact(report)])
+    assert "\n" not in line and line.isascii() and line.isprintable()
+    fact = json.loads(line)[2]
+    assert fact["removed"] == [system.show(name)] and fact["kept"] == [system.show(name + "k")]
 
 
 def test_the_sweeps_fact_is_bounded_however_much_was_removed():
     names = [f"/tmp/clsbd.user{i:04d}.{'x' * 80}" for i in range(500)]
     report = {"counts": {kind: {"removed": 0, "kept": 0} for kind in sweep.KINDS}, "removed": names,
               "kept": [{"path": n, "kind": "clsbd", "reason": "x"} for n in names]}
-    line = sweep.fact_line(report)
-    fact = json.loads(line[len("fact sweep "):])
-    assert len(line) < sweep.FACT_PATH_CHARS + 400
+    fact = sweep.fact(report)
+    assert len(json.dumps(fact)) < sweep.FACT_PATH_CHARS + 400
     assert fact["removed"] == names[:len(fact["removed"])] and fact["removed_more"] == 500 - len(fact["removed"]) > 0
     assert fact["kept_more"] == 500 - len(fact["kept"]) > 0
+
+
+def test_what_users_can_create_is_logged_summed_up(tmp_path, monkeypatch):
+    """A user's 5,000 malformed locks make one line of the sweep's, with the
+    first few names and the count, not 5,000."""
+    residue = residue_dir(tmp_path, monkeypatch, [])
+    for i in range(5000):
+        (residue / f".X{i}-lock").write_bytes(b"nonsense")
+    monkeypatch.setattr(sweep, "X11_DIR_OWNER", os.getuid())
+    lines = []
+    report = sweep.run_sweep(log=lambda level, line: lines.append((level, line)))
+    assert report["counts"]["x_lock"]["kept"] == 5000
+    warnings = [line for level, line in lines if level == "warning"]
+    assert len(warnings) == 1, lines[:5]
+    assert warnings[0].startswith("kept X displays and locks whose lock is malformed or unreadable: 5000 entries; "
+                                  f"the first {sweep.FEW}: ")

@@ -1,20 +1,21 @@
-"""The sweep's decision table (epilog_sweep's docstring), row by row, with its
+"""The sweep's decision table (epilog_node/sweep.py's docstring), row by row, with its
 inputs stubbed: which socket files the kernel's diagnostics call bound,
 whether a listener answers on a socket file, and which pids are alive as
 their file's owner. The entries are real (socket files, locks, clsbd files)
 in a directory of the test's own standing in for /tmp, judged and removed by
-the real _Sweep. No root, no Salt, no /tmp: /tmp/.X11-unix must be root's,
-and here the test's own uid stands in (X11_DIR_OWNER). The functional tier
-runs the same table with real X servers and real processes
-(tests/sweep_scenarios.py)."""
+the real sweep. No root, no Salt, no /tmp: /tmp/.X11-unix must be root's,
+and here the test's own uid stands in (X11_DIR_OWNER). The node tier runs
+the same table with real X servers and real processes
+(tests/sweep_scenarios.py). judge_display, the display rows as a function
+of their facts, is called directly too."""
 import os
 import socket
 
 import pytest
 
-from tests.helpers import REPO, load_file
+from tests.unit.conftest import node
 
-sweep = load_file(REPO / "_modules/epilog_sweep.py", "epilog_sweep_table")
+sweep = node("sweep")
 
 LIVE, DEAD = 4242, 4343
 # the owner of the entries: the test's own uid, or, run as root, an ordinary one
@@ -94,3 +95,47 @@ def test_the_decision_table_row_by_row(tmp_path, monkeypatch, entries, inputs, c
         assert os.path.lexists(tmp / name), name
         assert word in got.get(f"{tmp}/{name}", ""), (name, word, report)
     assert not report["errors"], report
+
+
+def facts(**given):
+    base = dict(display=80, socket=True, bound=False, holder=None, listening=lambda: False, lock=True,
+                lock_path="/tmp/.X80-lock", lock_problem=None, lock_pid=4343, lock_alive=False, comm=lambda pid: "Xvfb")
+    base.update(given)
+    return sweep.Display(**base)
+
+
+def asked():
+    raise AssertionError("the connect probe is asked only when nothing is bound")
+
+
+# id, the facts, then each entry's action (and a word of the reason), and the log's line
+DISPLAYS = [
+    ("orphan-stale-lock", {}, {"x_socket": "remove", "x_lock": "remove"}, None),
+    ("orphan-no-lock", {"lock": False}, {"x_socket": "remove"}, None),
+    ("unknown-keeps-both", {"bound": None, "listening": asked}, {"x_socket": "keep unknown", "x_lock": "keep unknown"},
+     None),
+    ("bound", {"bound": True, "holder": (42, "Xvfb"), "listening": asked},
+     {"x_socket": "keep held by pid 42 (Xvfb)", "x_lock": "keep its socket is held by pid 42"}, None),
+    ("listener-answers", {"listening": lambda: True}, {"x_socket": "keep a listener answers", "x_lock": "keep held"},
+     None),
+    ("malformed-lock", {"lock_problem": "malformed content"},
+     {"x_socket": "keep cannot tell whether the display is in use", "x_lock": "keep malformed content"},
+     "kept display :80: lock /tmp/.X80-lock is malformed content"),
+    ("live-lock-pid", {"lock_alive": True}, {"x_socket": "keep orphan socket, but lock pid 4343 alive (Xvfb)",
+                                             "x_lock": "keep lock pid 4343 alive"}, None),
+    ("stale-lock-alone", {"socket": False, "listening": None}, {"x_lock": "remove"}, None),
+    ("live-lock-alone", {"socket": False, "lock_alive": True}, {"x_lock": "keep lock pid 4343 alive"}, None),
+    ("malformed-lock-alone", {"socket": False, "lock_problem": "unreadable (Permission denied)"},
+     {"x_lock": "keep unreadable"}, "kept /tmp/.X80-lock: unreadable (Permission denied)"),
+]
+
+
+@pytest.mark.parametrize("given,expect,line", [row[1:] for row in DISPLAYS], ids=[row[0] for row in DISPLAYS])
+def test_the_display_rows_as_a_function_of_their_facts(given, expect, line):
+    verdict, (level, said) = sweep.judge_display(facts(**given))
+    got = {kind: f"{action} {reason}" for kind, action, reason in verdict}
+    assert set(got) == set(expect)
+    for kind, words in expect.items():
+        action, _, word = words.partition(" ")
+        assert got[kind].startswith(action) and word in got[kind], (kind, got[kind])
+    assert said == line and (level == "warning") == (line is not None)

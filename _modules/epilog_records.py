@@ -1,1 +1,0 @@
-../salt/_modules/epilog_records.py

@@ -1,0 +1,40 @@
+"""
+The epilog formula's node program: everything a Slurm node runs of the
+formula, at every job end and start, without Salt. Standard library only,
+Python 3.6 and later (RHEL 8's and SLES 15's system python3).
+
+Each release of the chain holds this package, its settings (settings.json,
+rendered by the state from map.jinja's merge) and thin entry points
+(epilog.sh, prolog.sh and each part in epilog.d/ and prolog.d/, a few lines
+of Python each). Where to change what:
+
+==============  ============================================================
+runner.py       the chain: the parts in order, each under its deadline, the
+                lastuserjob gate, the log, the record; explain's dry run
+guard.py        the localusers guard: the job's identity, the list, system
+                accounts: act, spare or unknown, and why
+evidence.py     the last-job evidence: marks, the spool, slurmstepd,
+                squeue: another job of the user here, yes, no or unknown
+parts.py        what each of the formula's parts does: 39 and 50 edit the
+                ssh allow file, 40 kills, 42 removes files, 45 sweeps
+sweep.py        the residue sweep's decision table (part 45, epilog.sweep)
+record.py       the decision record and the metrics: written at each job
+                end, read by epilog.report and epilog.explain
+release.py      the releases: check, manifest, switch, roll back (also the
+                tool laid down beside them, run on its own)
+log.py          the log file, its rotation, and syslog
+system.py       what the program reads from the node: /proc, who may
+                write a directory, names shown safely
+==============  ============================================================
+
+Every decision is a function from facts to a verdict with its reasons
+(guard.decide, evidence.decide, parts.allow_change, sweep.judge_display):
+the unit tests call them directly, and the log line, the record, the
+metrics and epilog.explain all come from the same verdict objects.
+"""
+
+
+def __virtual__():
+    # Synced with the epilog module from _modules/, which loads it: it is not
+    # an execution module of its own.
+    return (False, "epilog_node is the node program the epilog module loads, not an execution module")

@@ -1,0 +1,142 @@
+"""The localusers guard: may the lastuserjob parts act for the job's user?
+
+Two decisions, each a function of its facts:
+
+identity(user, uid, lookup, account_chars): the name slurmd passes
+    (SLURM_JOB_USER) must resolve on this node, through NSS, to exactly the
+    uid it passes (SLURM_JOB_UID), an ordinary uid from 1 to 4294967294
+    ((uid_t)-1 means "unchanged" to setresuid: a process "dropped" to it stays
+    root). Otherwise the user is unknown (Slurm 22.05 passes "nobody" when its
+    own lookup fails), and nothing destructive happens. A name of digits only
+    is unknown too: it cannot be told from a uid.
+
+decide(identity, listing, resolve, login_defs): act only when the user is
+    known, the list (localusers.backup) is read whole, the name is on no line
+    of it (a literal whole-line match, a CR at the end ignored), the uid is
+    the uid of no listed name (a second account name at an operator's uid is
+    that operator: the kill and the cleanup go by uid), every listed name
+    resolves (one that does not might be at this uid), and the account is an
+    ordinary one (not root, not a system account). Anything else spares the
+    user, and a lookup that failed is "unknown", never a licence to act.
+
+The verdict carries the sentence the log says, the record keeps and
+epilog.explain shows.
+"""
+import os
+
+from . import system
+
+# ok: the name resolves to the uid; uid: that uid (an int) when ok; why: the
+# reason when not.
+Identity = system.fields("Identity", "ok uid why")
+# answer: act, spare or unknown; uid: the uid to act for (act only); why: the
+# log's sentence; level: info or warning; listed: what the list says (listed,
+# not listed, lookup error, unknown user); system: a system account.
+Verdict = system.fields("Verdict", "answer uid why level listed system")
+
+
+def name_chars(account_chars):
+    """The characters of ACCOUNT_CHARS (rules.yaml's: the inside of a
+    bracket expression, a-z a range, a - at either end itself)."""
+    chars, i = set(), 0
+    while i < len(account_chars):
+        if i + 2 < len(account_chars) and account_chars[i + 1] == "-":
+            chars.update(chr(c) for c in range(ord(account_chars[i]), ord(account_chars[i + 2]) + 1))
+            i += 3
+        else:
+            chars.add(account_chars[i])
+            i += 1
+    return frozenset(chars)
+
+
+def identity(user, uid, lookup, account_chars):
+    """USER and UID as slurmd passes them (strings; None when unset);
+    LOOKUP: name -> the uid it resolves to on this node, or None (asked only
+    for a name that passes the checks before it); ACCOUNT_CHARS: rules.yaml's
+    account_chars."""
+    user = user or ""
+    allowed = name_chars(account_chars)
+    if not user or not all(char in allowed for char in user):
+        return Identity(False, None, "the job user name is empty or unusual")
+    if system.digits(user):
+        return Identity(False, None, "the job user name %s is digits only, which cannot be told from a uid" % user)
+    if not system.digits(uid or "") or uid.startswith("0") or len(uid) > 10 or int(uid) > system.UID_MAX_REAL:
+        return Identity(False, None, "SLURM_JOB_UID (%s) is not a uid from 1 to 4294967294" % system.show(uid or "unset"))
+    resolved = lookup(user)
+    if resolved != int(uid):
+        found = "no account of that name" if resolved is None else "it resolves to uid %d" % resolved
+        return Identity(False, None, "the name %s does not resolve on this node to uid %s (%s)" % (user, uid, found))
+    return Identity(True, int(uid), "")
+
+
+def resolve(name):
+    """The uid NAME resolves to through NSS (as slurmd and sshd resolve it),
+    or None."""
+    import pwd  # pylint: disable=import-outside-toplevel
+
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except (KeyError, ValueError, OverflowError):
+        return None
+
+
+def read_list(path):
+    """The list's bytes, or the OSError that kept it from being read whole."""
+    try:
+        return system.read_file(path, limit=4 << 20)
+    except OSError as exc:
+        return exc
+
+
+def listed_names(listing):
+    """The names on the list's lines (a CR at a line's end ignored), as bytes."""
+    names = []
+    for line in listing.split(b"\n"):
+        name = line[:-1] if line.endswith(b"\r") else line
+        if name:
+            names.append(name)
+    return names
+
+
+def decide(ident, user, listing, list_path, resolve_name, defs):
+    """IDENT: identity()'s verdict; USER: the job's user name; LISTING: the
+    list's bytes, or the OSError reading it failed with; LIST_PATH: its path
+    (for the sentence); RESOLVE_NAME: name -> uid or None (NSS); DEFS:
+    (UID_MIN, UID_MAX)."""
+    if not ident.ok:
+        return Verdict("unknown", None, "%s; the user is unknown, doing nothing" % ident.why, "warning",
+                       "unknown user", False)
+    if isinstance(listing, Exception):
+        why = getattr(listing, "strerror", None) or str(listing)
+        return Verdict("unknown", None, "localusers lookup failed (%s: %s); doing nothing" % (why, list_path),
+                       "warning", "lookup error", False)
+    names = listed_names(listing)
+    if os.fsencode(user) in names:
+        return Verdict("spare", None, "listed in %s; doing nothing" % list_path, "info", "listed", False)
+    for raw in names:
+        name = os.fsdecode(raw)
+        uid = resolve_name(name)
+        if uid is None:
+            return Verdict("unknown", None, "localusers lookup failed (%s, listed in %s, does not resolve on this "
+                           "node: uid %d may be theirs); doing nothing" % (system.show(name), list_path, ident.uid),
+                           "warning", "lookup error", False)
+        if uid == ident.uid:
+            return Verdict("spare", None, "uid %d is the uid of %s, listed in %s; doing nothing"
+                           % (ident.uid, system.show(name), list_path), "info", "listed", False)
+    uid_min, uid_max = defs
+    # System accounts: uid below UID_MIN, and UID_MAX < uid <= 65535 (Debian's
+    # static system range, e.g. slurm 64030, and nobody 65534). Directory
+    # users above 65535 stay ordinary.
+    if ident.uid < uid_min or uid_max < ident.uid <= 65535:
+        return Verdict("spare", None, "not listed, but uid %d is root or a system account (UID_MIN=%d, UID_MAX=%d); "
+                       "doing nothing" % (ident.uid, uid_min, uid_max), "info", "not listed", True)
+    return Verdict("act", ident.uid, "not listed in %s; acting for uid %d" % (list_path, ident.uid), "info",
+                   "not listed", False)
+
+
+def check(ident, user, list_path):
+    """decide() on this node's facts: the list as it is now, the account
+    database and login.defs."""
+    if not ident.ok:
+        return decide(ident, user or "", b"", list_path, resolve, (0, 0))
+    return decide(ident, user, read_list(list_path), list_path, resolve, system.login_defs())

@@ -1,0 +1,590 @@
+"""What each of the formula's parts does, once it runs:
+
+  39-lastuserjob-ssh        revoke: remove the user's line from the ssh allow
+                            file (before 40 kills: no new login after it)
+  40-lastuserjob-processes  kill every process of the job's uid
+  42-lastuserjob-cleanup    remove the uid's files under /tmp and /dev/shm
+  45-stale-x-display        sweep the residue no live process holds
+  50-exclusive-ssh          grant: add the user's line (a prolog part)
+
+The runner decides whether a part runs (the guard, the last-job evidence,
+the deadlines) and runs it in a process of its own; a part run on its own
+(by hand) asks the guard itself. Each part's action reports what it changed
+as facts for the job end's record (ctx.fact). The edit of the allow file is
+a decision of its own: allow_change(op, user, lines).
+"""
+import errno
+import os
+import stat
+import time
+
+from . import system
+from .system import signal
+
+# -- 39 and 50: the ssh allow file ------------------------------------------------
+# how long an edit waits for ssh_allow.lock at most (within its part's deadline)
+LOCK_WAIT = 10
+
+def allow_lines(data):
+    """The allow file's lines as a shell's mapfile reads them: without their
+    newline, a last line without one still a line."""
+    if not data:
+        return []
+    lines = data.split(b"\n")
+    if data.endswith(b"\n"):
+        lines.pop()
+    return lines
+
+
+def _name(line):
+    return line[:-1] if line.endswith(b"\r") else line
+
+
+def _filler(line):
+    """A line an in-place edit left: #s only, which no account is named."""
+    return bool(line) and not _name(line).strip(b"#")
+
+
+def allow_change(op, user, lines):
+    """(change, new lines or None) of adding (op "add") or removing
+    ("remove") the line USER (bytes) among LINES: whole-line equality, a CR
+    at the end of a line ignored; every other line, blank ones too, kept as
+    it is, but for the lines of #s an in-place edit left (in_place_writes);
+    never a duplicate. change: added, removed, present (add: already there)
+    or absent (remove: not there)."""
+    present = any(_name(line) == user for line in lines)
+    if op == "add":
+        return ("present", None) if present else ("added", [line for line in lines if not _filler(line)] + [user])
+    if not present:
+        return "absent", None
+    return "removed", [line for line in lines if _name(line) != user and not _filler(line)]
+
+
+def in_place_writes(op, user, data):
+    """The writes [(offset, bytes)], in order, that make the change of
+    allow_change in the file DATA itself, when the file system has no room
+    for a new file: nothing moves and the file never gets shorter, so no
+    torn state (a part stopped between two writes, a write cut short, a
+    reader in the middle of one) holds a name that is neither in the file
+    before nor after. A revoke overwrites each of USER's lines with as many
+    #s (no account is named with a #; a half-written one is a name with #s
+    in it); a grant appends a line of #s, then writes USER over it."""
+    if op == "remove":
+        writes, offset = [], 0
+        for line in data.split(b"\n"):
+            if _name(line) == user:
+                writes.append((offset, b"#" * len(user)))
+            offset += len(line) + 1
+        return writes
+    lead = b"\n" if data and not data.endswith(b"\n") else b""
+    return [(len(data), lead + b"#" * len(user) + b"\n"), (len(data) + len(lead), user)]
+
+
+def _in_place(path, writes, old, size, done):
+    """Make WRITES (in_place_writes) in the very file PATH, which must still
+    be the one of OLD (its lstat) and SIZE bytes long; DONE[0] counts the
+    writes made whole. OSError when one cannot be."""
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not os.path.samestat(old, st) or st.st_size != size:
+            raise OSError(errno.ESTALE, "changed while it was edited")
+        for offset, data in writes:
+            view = memoryview(data)
+            while view:
+                view = view[os.pwrite(fd, view, offset + len(data) - len(view)):]
+            done[0] += 1
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def allow_edit(ctx, op, user):
+    """Add or remove USER's exact line in the ssh allow file, under the lock
+    of ssh_allow.lock (root's, 0600: no other account can open it, so none
+    can hold the lock). The file is replaced whole by a rename; when the
+    file system has no room for a new file (no free inode: any user can use
+    them up where /var/tmp and /etc share one), it is edited in place
+    (in_place_writes), so that a revoke never fails open there. The record
+    gets what changed: added, removed, present, absent, or left alone (the
+    log says why)."""
+    change = allow_change_here(ctx, op, user)
+    ctx.fact("allow", {"op": op, "change": change})
+
+
+def allow_change_here(ctx, op, user):
+    path, lock = ctx.names["allow_file"], ctx.names["allow_lock"]
+    directory = os.path.dirname(path) or "/"
+    if not ctx.trust.root_only(directory):
+        ctx.log("warning", "%s is not a directory only root can write; %s left alone" % (directory, path))
+        return "left alone"
+    try:
+        lock_st = os.lstat(lock)
+        if not stat.S_ISREG(lock_st.st_mode) or lock_st.st_uid != 0:
+            raise OSError(errno.EPERM, "not root's regular file")
+        lock_fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        ctx.log("warning", "cannot lock %s to edit %s; left alone" % (lock, path))
+        return "left alone"
+    try:
+        # within the part's own deadline: a part stopped at its timeout says nothing
+        if not system.wait_lock(lock_fd, max(0, min(LOCK_WAIT, ctx.deadline - time.monotonic() - 0.5))):
+            ctx.log("warning", "cannot lock %s to edit %s; left alone" % (lock, path))
+            return "left alone"
+        try:  # only under the lock: what another edit did before it is kept
+            old = os.lstat(path)
+        except FileNotFoundError:
+            old = None
+        except OSError:
+            old = False
+        if old is False or (old is not None and not stat.S_ISREG(old.st_mode)):
+            ctx.log("warning", "ssh allow file %s is not a regular file; left alone" % path)
+            return "left alone"
+        try:
+            data = system.read_file(path, 16 << 20) if old is not None else b""
+        except OSError:
+            ctx.log("warning", "cannot read %s; left alone" % path)
+            return "left alone"
+        name = os.fsencode(user)
+        change, lines = allow_change(op, name, allow_lines(data))
+        if lines is None:
+            ctx.log("info", ("already in %s" if change == "present" else "not in %s; nothing to remove") % path)
+            return change
+        new = b"".join(line + b"\n" for line in lines)
+        where = ""
+        try:
+            system.replace_file(path, new, old)
+        except OSError as exc:
+            if old is None:
+                ctx.log("warning", "could not %s the line in %s (%s); left as it was" % (op, path, exc.strerror))
+                return "left alone"
+            writes = in_place_writes(op, name, data)
+            done = [0]
+            try:
+                _in_place(path, writes, old, len(data), done)
+            except OSError as again:
+                said = "%s, then in place: %s" % (exc.strerror, again.strerror or again)
+                if op == "remove":
+                    ctx.log("warning", "could not remove the line from %s (%s); %d of the user's %d line(s) overwritten "
+                            "with #s" % (path, said, done[0], len(writes)))
+                else:
+                    ctx.log("warning", "could not add the line to %s (%s); at most a line of #s added" % (path, said))
+                return "left alone"
+            where = " (in place: no room for a new file, %s)" % exc.strerror
+        ctx.log("info", ("added to %s%s" if op == "add" else "removed from %s%s") % (path, where))
+        return change
+    finally:
+        os.close(lock_fd)
+
+
+def revoke_ssh(ctx):
+    allow_edit(ctx, "remove", ctx.user)
+
+
+def grant_ssh(ctx):
+    if ctx.identity.ok:
+        allow_edit(ctx, "add", ctx.user)
+    else:
+        ctx.log("warning", "%s; not added to %s" % (ctx.identity.why, ctx.names["allow_file"]))
+
+
+# -- 40: the kill -----------------------------------------------------------------
+# outcome: done, bound, refused or failed; rounds; signalled: "pid(name)" of
+# what it saw before the first round; left: what survived (bound); why:
+# refused or failed, in words.
+Killed = system.fields("Killed", "outcome rounds signalled left why")
+# A login at its password prompt keeps the rounds going for the first
+# PATIENCE rounds only.
+ROUNDS, SECONDS, PATIENCE = 50, 5, 30
+# in run_dir: one part 40 of the node at a time holds uid X
+KILL_LOCK = "kill.lock"
+
+
+def some(found):
+    """N, then the first 20 of FOUND, and ... when there are more."""
+    n = len(found)
+    return str(n) + ((" " + " ".join(found[:20]) + (" ..." if n > 20 else "")) if n else "")
+
+
+def _live(pid, uid, user, x=None):
+    """(1, name) when PID is a live process whose real or saved uid is UID;
+    (2, title) when it is root's sshd monitor of a login of USER still in
+    progress; (3, title) when that login is still at its password prompt;
+    (4, name) when its real or saved uid is X; else None. A zombie is dead,
+    unless its other threads still run."""
+    fields = system.status(pid)
+    if not system.alive(fields):
+        return None
+    uids = system.uids_of(fields)
+    if uids is None:
+        return None
+    real, effective, saved = uids
+    name = fields.get("Name", "?")
+    if x is not None and x in (real, saved):
+        return 4, name
+    if real == uid or saved == uid:
+        return 1, name
+    if real == 0 and effective == 0 and name.startswith("sshd"):
+        title = system.cmdline(pid, 256)
+        for head in (b"sshd: ", b"sshd-session: "):
+            if title.startswith(head + os.fsencode(user) + b" [priv]"):
+                break
+        else:
+            return None
+        # sshd titles its monitor so as soon as the user name is known,
+        # before authentication: a login still at its password prompt has a
+        # child of the privilege separation user. Anybody can hold one open,
+        # so it is waited for only briefly, and never reported.
+        try:
+            with open("/proc/%s/task/%s/children" % (pid, pid), "rb") as handle:
+                kids = handle.read(4096).split()
+        except OSError:
+            kids = []
+        for kid in kids:
+            try:
+                owner = os.lstat(b"/proc/" + kid).st_uid
+            except OSError:
+                continue
+            if owner not in (0, uid):
+                return 3, "sshd: %s [pre-auth]" % user
+        return 2, "sshd: %s [priv]" % user
+    return None
+
+
+def _scan(uid, user, x):
+    """("pid(name)" of the live processes of UID and the sshd monitors of
+    USER's logins, whether X runs any process). /proc/PID belongs to the
+    process's effective uid: only those of UID or X, and root's with an
+    executable (no kernel threads), cost a read of their status."""
+    xs, found, me = False, [], os.getpid()
+    for pid in system.pids():
+        if int(pid) == me:
+            continue
+        try:
+            owner = os.lstat("/proc/" + pid).st_uid
+        except OSError:
+            continue
+        if owner == x:
+            xs = True
+        if owner != uid:
+            if owner != 0:
+                continue
+            try:
+                os.readlink("/proc/%s/exe" % pid)
+            except OSError:
+                continue
+        seen = _live(pid, uid, user, x)
+        if seen and seen[0] == 4:
+            xs = True
+        elif seen:
+            found.append("%s(%s)" % (pid, seen[1]))
+    return xs, found
+
+
+def kill_uid(uid, user, until=None):
+    """Kill every process of UID, from this very process, which must be one
+    of its own (its uids change; the runner ends the worker that ran it, so
+    nothing the user could do to it while it acted as UID, a renice or a CPU
+    mask, lasts into another part). The signals come from a process that
+    holds real uid X (a uid no process runs as), saved uid 0 and effective
+    uid UID, without ever exec'ing (execve would copy the effective uid into
+    the saved one):
+
+    * the user cannot signal or trace it into silence: their uid is none of
+      its real and saved uids (and it is not dumpable);
+    * kill(-1) from it reaches exactly the processes whose real or saved uid
+      is UID or X, never anyone else's. No process may hold X as its real
+      or saved uid (checked first), and of the part 40s of the node (two
+      users' job ends at once) only one at a time holds it (kill()'s lock):
+      each would reach the other. The kernel delivers it to every such
+      process at once, so a fork loop cannot outrun it;
+    * each round stops them all (SIGSTOP) and kills them all (SIGKILL), then,
+      as root again, waits a little for those it saw to die and scans /proc
+      for any process of UID still alive, until none is left or the bound
+      (50 rounds, 5 s) is hit. A login that passed its check just before 39
+      revoked it is still in progress while root's sshd monitor for it
+      ("sshd: USER [priv]", a title only root's sshd can set) lives, so the
+      rounds go on until those are gone too (a monitor still at the password
+      prompt, which anybody can hold open, only for the first 30 rounds).
+      The bound ends at UNTIL (a time.monotonic()) when that is sooner.
+
+    Before each round it reads its uids back from the kernel and sends
+    nothing unless they are exactly effective UID, real X, saved 0. Returns
+    a Killed; the process is root again when it returns."""
+    if not isinstance(uid, int) or not 1 <= uid <= system.UID_MAX_REAL:
+        return Killed("failed", 0, [], [], "uid %r is not one from 1 to 4294967294" % (uid,))
+    x = 4294967293 if uid == 4294967294 else 4294967294
+    groups = os.getgroups()
+    xs, seen = _scan(uid, user, x)
+    if xs:
+        return Killed("refused", 0, [], [], "a process of uid %d runs" % x)
+    seen = [entry for entry in seen if "(sshd: " not in entry]
+    signalled = list(seen)
+    deadline = time.monotonic() + SECONDS
+    if until is not None:
+        deadline = min(deadline, until)
+    rounds = 0
+    try:
+        os.setgroups([])
+        os.setresgid(65534, 65534, 65534)
+        os.setresuid(x, 0, 0)
+        while True:
+            rounds += 1
+            os.setresuid(-1, uid, -1)
+            if os.getresuid() != (x, uid, 0):
+                return Killed("failed", rounds, signalled, [], "the sender's uids are %r" % (os.getresuid(),))
+            for sig in (signal.SIGSTOP, signal.SIGKILL):
+                try:
+                    os.kill(-1, sig)
+                except OSError:
+                    pass
+            os.setresuid(-1, 0, -1)
+            # Wait a little for those seen to die, then look at everything again.
+            for wait in range(1, 21):
+                seen = [entry for entry in seen if (_live(entry.split("(", 1)[0], uid, user) or (0,))[0] == 1]
+                if not seen:
+                    break
+                time.sleep(0.0005 * wait)
+            _, left = _scan(uid, user, x)
+            real = [entry for entry in left if not entry.endswith("(sshd: %s [pre-auth])" % user)]
+            if rounds >= PATIENCE:
+                left = real
+            if not left:
+                return Killed("done", rounds, signalled, [], "")
+            if rounds >= ROUNDS or time.monotonic() > deadline:
+                if not real:
+                    return Killed("done", rounds, signalled, [], "")
+                return Killed("bound", rounds, signalled, real, "")
+            seen = left
+            time.sleep(0.01)
+    except OSError as exc:
+        return Killed("failed", rounds, signalled, [], "cannot act as uid %d: %s" % (uid, exc.strerror or exc))
+    finally:
+        try:
+            os.setresuid(0, 0, 0)
+            os.setresgid(0, 0, 0)
+            os.setgroups(groups)
+        except OSError:
+            pass
+
+
+def kill_lock(ctx):
+    """The node's lock for the kill (run_dir/kill.lock, in a directory only
+    root can write, root's alone): held while kill_uid holds uid X. An open
+    fd once it is held; None when there is no such lock to be had (a part
+    run on its own before any chain made run_dir), or (held elsewhere) within
+    SECONDS + 1 and the part's deadline: the kill goes on all the same."""
+    run_dir = ctx.settings["run_dir"]
+    if not ctx.trust.root_only(run_dir):
+        return None
+    try:
+        fd = os.open(os.path.join(run_dir, KILL_LOCK), os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_NOCTTY | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o077 \
+                and system.wait_lock(fd, max(0, min(SECONDS + 1, ctx.deadline - time.monotonic() - SECONDS - 1))):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    ctx.log("warning", "%s/%s not to be had; killing without it" % (run_dir, KILL_LOCK))
+    return None
+
+
+def kill(ctx):
+    uid = ctx.act_uid
+    lock = kill_lock(ctx)
+    try:
+        result = kill_uid(uid, ctx.user, until=ctx.deadline - 0.5)
+    finally:
+        if lock is not None:
+            os.close(lock)
+    ctx.fact("kill", {"outcome": result.outcome, "signalled": len(result.signalled)})
+    signalled = some(result.signalled)
+    if result.outcome == "done":
+        ctx.log("info", "killed the processes of uid %d (%d round(s)): %s" % (uid, result.rounds, signalled))
+    elif result.outcome == "bound":
+        ctx.log("warning", "processes of uid %d survived %d %s; gave up (bound: %d rounds or %d s); killed first: %s"
+                % (uid, result.rounds, some(result.left), ROUNDS, SECONDS, signalled))
+    elif result.outcome == "refused":
+        ctx.log("warning", "did not kill the processes of uid %d: %s; the sender would reach them too"
+                % (uid, result.why))
+    else:
+        ctx.log("warning", "could not kill the processes of uid %s (%s)" % (uid, result.why))
+
+
+# -- 42: the user's files ---------------------------------------------------------
+CLEANED = ("/tmp", "/dev/shm")
+
+
+def _clear(top, uid, deadline):
+    """Remove what UID owns under TOP, at every depth, never following a
+    symlink, never leaving TOP's file system, unlinking relative to the
+    directory it walks (opened without following a symlink, its inode
+    checked): another account's entry stays, and so do the directories on
+    the path to it. (removed, errors)."""
+    removed = errors = 0
+    try:
+        top_fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return 0, 0
+    except OSError:
+        return 0, 1
+    device = os.fstat(top_fd).st_dev
+    # a stack of (directory fd, the names left in it, the name it has in its parent, its lstat)
+    stack = [(top_fd, None, None, None)]
+    try:
+        while stack:
+            fd, names, name, st = stack[-1]
+            if names is None:
+                try:
+                    names = os.listdir(fd)
+                except OSError:
+                    errors += 1
+                    names = []
+                names.reverse()
+                stack[-1] = (fd, names, name, st)
+            if time.monotonic() > deadline:
+                errors += 1
+                break
+            if not names:
+                stack.pop()
+                os.close(fd)
+                if stack and st.st_uid == uid:
+                    try:
+                        os.rmdir(name, dir_fd=stack[-1][0])
+                        removed += 1
+                    except OSError:
+                        errors += 1
+                continue
+            entry = names.pop()
+            try:
+                sub = os.stat(entry, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                errors += 1  # a FUSE mount of another user answers EACCES
+                continue
+            if sub.st_dev != device:
+                continue  # another file system, mounted here: never entered
+            if stat.S_ISDIR(sub.st_mode):
+                try:
+                    sub_fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                except OSError:
+                    errors += 1
+                    continue
+                if not os.path.samestat(sub, os.fstat(sub_fd)):
+                    os.close(sub_fd)
+                    errors += 1
+                    continue
+                stack.append((sub_fd, None, entry, sub))
+            elif sub.st_uid == uid:
+                try:
+                    os.unlink(entry, dir_fd=fd)
+                    removed += 1
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    errors += 1
+    finally:
+        for fd, _, _, _ in stack:
+            os.close(fd)
+    return removed, errors
+
+
+def cleanup(ctx):
+    uid = ctx.act_uid
+    removed = errors = 0
+    try:
+        import resource  # pylint: disable=import-outside-toplevel
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 16) if hard != resource.RLIM_INFINITY
+                                                        else 1 << 16, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+    for top in CLEANED:
+        done, failed = _clear(top, uid, ctx.deadline)
+        removed += done
+        errors += failed
+    ctx.fact("cleanup", {"removed": removed, "rc": 1 if errors else 0})
+    if errors:
+        ctx.log("warning", "removed %d entries of uid %d under /tmp and /dev/shm; %d could not be removed or "
+                "looked at" % (removed, uid, errors))
+    else:
+        ctx.log("info", "removed %d entries of uid %d under /tmp and /dev/shm" % (removed, uid))
+
+
+# -- 45: the residue sweep --------------------------------------------------------
+TMP = "/tmp"
+
+
+def _has_residue(job):
+    """A look first: /tmp holds something the sweep would judge (an X
+    lock, a clsbd file, the X socket directory's entries, the job's
+    scratch)? On a node without residue the sweep is never imported."""
+    try:
+        names = os.listdir(TMP)
+    except OSError:
+        return True  # the sweep says why
+    for name in names:
+        if name.startswith((".X", "clsbd.")) and name != ".X11-unix":
+            return True
+        if job and job in name:
+            return True
+    try:
+        st = os.lstat(TMP + "/.X11-unix")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    if not stat.S_ISDIR(st.st_mode):
+        return True
+    try:
+        return bool(os.listdir(TMP + "/.X11-unix"))
+    except OSError:
+        return True
+
+
+def sweep(ctx):
+    settings = ctx.settings
+    job = ctx.job if system.digits(ctx.job or "") and system.digits(ctx.env.get("SLURM_JOB_UID") or "") else None
+    if not _has_residue(job):
+        return
+    from . import sweep as residue  # pylint: disable=import-outside-toplevel
+
+    uid = ctx.env.get("SLURM_JOB_UID")
+    if not (job and system.digits(uid or "") and 1 <= int(uid) <= system.UID_MAX_REAL):
+        job = uid = None  # no scratch without a plain job id and uid
+    # the runner's SIGTERM (the part's time is up) stops the sweep at the next
+    # entry, and what it did is logged
+    signal.signal(signal.SIGTERM, residue.terminated)
+    try:
+        report = residue.run_sweep(job=job, patterns=settings["scratch_patterns"], budget=settings["sweep_budget"],
+                                   log=ctx.log, uid=uid)
+    except residue.SweepError as exc:
+        ctx.log("warning", "sweep could not run: %s" % exc)
+        return
+    except residue.Terminated as exc:
+        ctx.log("warning", "sweep %s; what is left waits for the next job end" % exc)
+        return
+    ctx.fact("sweep", residue.fact(report))
+
+
+# The formula's parts, by name: what each does once it runs.
+# the parts after which their worker ends (the runner starts another): 40's
+# kill acts as the user for a moment, who could renice it or pin it to a CPU
+# meanwhile, and nothing of that may last into the next part
+ENDS_WORKER = ("40-lastuserjob-processes",)
+
+ACTIONS = {
+    "39-lastuserjob-ssh": revoke_ssh,
+    "40-lastuserjob-processes": kill,
+    "42-lastuserjob-cleanup": cleanup,
+    "45-stale-x-display": sweep,
+    "50-exclusive-ssh": grant_ssh,
+}

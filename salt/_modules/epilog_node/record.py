@@ -1,0 +1,516 @@
+"""The decision record: one JSON line per job end (and per prolog), what the
+chain decided and did and why, written by the runner in one write(2), and
+read back for epilog.report and epilog.explain; and the metrics, a
+node_exporter textfile of counters the runner rewrites after each job end.
+
+The record (schema v 1):
+  v, stage (epilog or prolog), node, job, user, uid, release, start (epoch
+  with milliseconds), ms (the chain's time), other ({answer, why}: the
+  last-job evidence), guard ({answer, why, listed, system}: the localusers
+  guard; answer "not asked" when no lastuserjob part asked it), warnings
+  (the lines logged as warnings, the parts' included), parts ([{part, ran,
+  rc, ms, facts} or {part, ran: false, why}]).
+Strings are cut at 256 characters and shown as printable ASCII; a record is
+kept below 4000 bytes (one write(2), whole even with job ends writing at
+once): a longer one loses its parts' facts (facts_dropped), then its parts
+(parts_dropped).
+
+Both files live only in a directory only root can write, are never opened
+through a symlink or into a FIFO, and never fail a job end.
+"""
+
+import os
+import stat
+import time
+
+from . import log as logs
+from . import system
+
+SCHEMA = 1
+# a record stays below this many bytes, its newline included
+RECORD_BYTES = 3980
+# since=: a duration back from now
+_DURATION = r"([0-9]{1,9})\s*([smhdw])\Z"
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+# the residue kinds a report counts: part 45's, and part 42's files
+RESIDUE_KINDS = ("x_socket", "x_lock", "clsbd", "scratch", "user_files")
+
+
+class RecordError(ValueError):
+    """An argument the records cannot be chosen by (the message says why)."""
+
+
+def text(value, limit=256):
+    """VALUE's first LIMIT bytes as printable ASCII: any other byte is ? (a
+    name as a node's C locale sees it)."""
+    data = str(value).encode("utf-8", "surrogateescape")[:limit]
+    return "".join(chr(b) if 0x20 <= b <= 0x7E else "?" for b in data)
+
+
+# -- writing ---------------------------------------------------------------------
+def part_ran(name, rc, ms, facts):
+    return {"part": name, "ran": True, "rc": rc, "ms": max(int(ms), 0), "facts": facts}
+
+
+def part_skipped(name, why):
+    return {"part": name, "ran": False, "why": text(why)}
+
+
+def build(stage, node, job, user, uid, release, start, ms, other, guard, warnings, parts):
+    """One job end's record (a dict of the schema). OTHER: the last-job
+    answer (an evidence.Answer) or None (a prolog); GUARD: the guard's
+    verdict (a guard.Verdict) or None (not asked)."""
+    record = {"v": SCHEMA, "stage": stage, "node": text(node or ""),
+              "job": int(job) if system.digits(job or "") and len(job) < 16 else None,
+              "user": None if user is None else text(user),
+              "uid": int(uid) if system.digits(uid or "") and len(uid) < 16 else None,
+              "release": release, "start": round(start, 3), "ms": max(int(ms), 0), "other": None, "guard": None,
+              "warnings": warnings, "parts": list(parts)}
+    if other is not None:
+        record["other"] = {"answer": other.answer, "why": text(other.why)}
+        record["guard"] = {"answer": "not asked", "why": ""} if guard is None else {
+            "answer": "act" if guard.answer == "act" else "spare", "why": text(guard.why), "listed": guard.listed,
+            "system": guard.system}
+    return record
+
+
+def line(record):
+    """RECORD as one line of JSON below RECORD_BYTES: with its parts' facts,
+    or without them, or without its parts."""
+    out = system.dumps(record)
+    if len(out) < RECORD_BYTES:
+        return out
+    bare = dict(record, parts=[{key: value for key, value in part.items() if key != "facts"}
+                               for part in record["parts"]], facts_dropped=True)
+    out = system.dumps(bare)
+    if len(out) < RECORD_BYTES:
+        return out
+    return system.dumps(dict(record, parts=[], parts_dropped=True))
+
+
+def write(trust, path, max_bytes, record):
+    """Append RECORD to PATH, root's alone (0600); past MAX_BYTES the file
+    becomes PATH.1 (replacing the one before), and the next record starts a
+    new one: the newest are kept. Of job ends that pass the bound together,
+    only one renames it. Never fails the job end."""
+    fd = logs.open_append(trust, path, 0o600)
+    if fd is None:
+        return False
+    try:
+        os.write(fd, (line(record) + "\n").encode("ascii"))
+        logs.rotate(fd, path, max_bytes)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+# -- the metrics -----------------------------------------------------------------
+_HELP = (
+    ("epilog_acts_total", "Job ends that ran the lastuserjob parts for the user."),
+    ("epilog_spares_total", "Job ends that spared the user (another job of theirs here, listed, or a system "
+                            "account)."),
+    ("epilog_unknowns_total", "Job ends that could not tell whether the user has another job here, and did "
+                              "nothing."),
+    ("epilog_warnings_total", "Warnings the chain logged."),
+)
+RESIDUE_METRIC = 'epilog_residue_removed_total{kind="%s"}'
+
+
+def outcome(record):
+    """acts, spares, unknowns or None: what a record's job end decided."""
+    other, guard = record.get("other") or {}, record.get("guard") or {}
+    if other.get("answer") == "no" and guard.get("answer") == "act":
+        return "acts"
+    if other.get("answer") == "yes" or (other.get("answer") == "no" and guard.get("answer") == "spare"):
+        return "spares"
+    if other.get("answer") == "unknown":
+        return "unknowns"
+    return None
+
+
+def removed(record):
+    """{kind: entries removed} of a record's parts (part 42's as user_files)."""
+    out = {}
+    for part in record["parts"]:
+        facts = part.get("facts") or {}
+        sweep, cleanup = facts.get("sweep"), facts.get("cleanup")
+        if isinstance(sweep, dict):
+            for kind, counts in (sweep.get("counts") or {}).items():
+                out[kind] = out.get(kind, 0) + int(counts.get("removed", 0))
+        if isinstance(cleanup, dict):
+            out["user_files"] = out.get("user_files", 0) + int(cleanup.get("removed", 0))
+    return out
+
+
+def read_metrics(data):
+    """{name: value} of a textfile this code wrote: whole counters, and the
+    stages' last durations (seconds with milliseconds); any other line is
+    dropped."""
+    out = {}
+    for raw in data.decode("ascii", "replace").split("\n"):
+        name, _, value = raw.partition(" ")
+        if not name or name.startswith("#") or len(value) > 15:
+            continue
+        if name.startswith("epilog_last_chain_seconds"):
+            whole, dot, frac = value.partition(".")
+            if system.digits(whole) and dot and len(frac) == 3 and system.digits(frac):
+                out[name] = value
+        elif system.digits(value):
+            out[name] = int(value)
+    return out
+
+
+def render_metrics(metric):
+    out = ["# HELP epilog_job_ends_total Job ends (epilog) and job starts (prolog) the chain ran.",
+           "# TYPE epilog_job_ends_total counter"]
+    for stage in ("epilog", "prolog"):
+        key = 'epilog_job_ends_total{stage="%s"}' % stage
+        out.append("%s %d" % (key, metric.get(key, 0)))
+    for key, words in _HELP:
+        out += ["# HELP %s %s" % (key, words), "# TYPE %s counter" % key, "%s %d" % (key, metric.get(key, 0))]
+    out += ["# HELP epilog_residue_removed_total Entries the chain removed, by kind (user_files: part 42).",
+            "# TYPE epilog_residue_removed_total counter"]
+    for kind in RESIDUE_KINDS:
+        out.append("%s %d" % (RESIDUE_METRIC % kind, metric.get(RESIDUE_METRIC % kind, 0)))
+    out += ["# HELP epilog_last_chain_seconds How long the last chain of the stage ran.",
+            "# TYPE epilog_last_chain_seconds gauge"]
+    for stage in ("epilog", "prolog"):
+        key = 'epilog_last_chain_seconds{stage="%s"}' % stage
+        if key in metric:
+            out.append("%s %s" % (key, metric[key]))
+    return "\n".join(out) + "\n"
+
+
+def update_metrics(trust, path, record):
+    """Add RECORD's job end to the counters of the textfile PATH and rewrite
+    it whole: a new file beside it, renamed over it, so node_exporter never
+    reads half a file. Only in a directory only root can write, under a lock
+    beside the file (a job end that cannot have it within 2 s leaves the
+    counters as they are). The counters live in the file itself: they
+    restart from 0 when it is removed, which Prometheus reads as a reset.
+    Never fails the job end."""
+    directory, name = os.path.dirname(path) or "/", os.path.basename(path)
+    if not trust.root_only(directory):
+        return False
+    lock = os.path.join(directory, ".%s.lock" % name)
+    for each in (path, lock):
+        try:
+            if not stat.S_ISREG(os.lstat(each).st_mode):
+                return False
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return False
+    fd = logs.open_append(trust, lock, 0o600)
+    if fd is None:
+        return False
+    try:
+        if not system.wait_lock(fd, 2):
+            return False
+        try:
+            metric = read_metrics(system.read_file(path, 1 << 20))
+        except FileNotFoundError:
+            metric = {}
+        except OSError:
+            return False
+
+        def add(key, n):
+            metric[key] = int(metric.get(key, 0)) + n
+
+        add('epilog_job_ends_total{stage="%s"}' % record["stage"], 1)
+        decided = outcome(record)
+        if decided:
+            add("epilog_%s_total" % decided, 1)
+        for kind, n in removed(record).items():
+            if kind in RESIDUE_KINDS:
+                add(RESIDUE_METRIC % kind, n)
+        add("epilog_warnings_total", record["warnings"])
+        metric['epilog_last_chain_seconds{stage="%s"}' % record["stage"]] = "%d.%03d" % divmod(record["ms"], 1000)
+        system.replace_file(path, render_metrics(metric).encode("ascii"))
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+# -- reading -------------------------------------------------------------------
+def _open_record(path, problems):
+    """An O_RDONLY handle on PATH, a regular file only root can write, opened
+    without following a symlink; None (and why, in PROBLEMS) otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        problems.append(f"{path}: not read ({exc.strerror})")
+        return None
+    handle = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        handle.close()
+        problems.append(f"{path} is not a regular file only root can write: not read")
+        return None
+    return handle
+
+
+def _lock_current(path, problems):
+    """The current record file, opened and share-locked while it is still the
+    one at PATH: the runner rotates it (renames it to .1) only under an
+    exclusive lock on it, so the two generations read under this lock are
+    the two of one moment, none lost or counted twice. A rotation waits for
+    the lock at most 1 s and is then left to the next job end. None when
+    there is no current file (or it cannot be read)."""
+    for _ in range(20):
+        handle = _open_record(path, problems)
+        if handle is None:
+            return None
+        locked = system.wait_lock(handle.fileno(), 5, exclusive=False)
+        try:
+            now = os.lstat(path)
+        except OSError:
+            now = None
+        if now is not None and os.path.samestat(now, os.fstat(handle.fileno())):
+            if not locked:
+                problems.append(f"{path}: read without its lock (held for 5 s, or not to be had)")
+            return handle
+        handle.close()  # rotated between the open and the lock: the new one
+    problems.append(f"{path}: rotated 20 times while the report read it: not read")
+    return None
+
+
+def read(record_file):
+    """The node's decision records, oldest first (RECORD_FILE.1, then
+    RECORD_FILE), and what could not be read. Only regular files of root's
+    are read, never through a symlink, both under a shared lock on the
+    current one (_lock_current), which is held only while their bytes are
+    read; a line that is not a record of this schema is counted, not
+    trusted, and a last line without its newline is one still being
+    written."""
+    problems, texts = [], []
+    current = _lock_current(record_file, problems)
+    try:
+        older = _open_record(record_file + ".1", problems)
+        if older is not None and current is not None \
+                and os.path.samestat(os.fstat(older.fileno()), os.fstat(current.fileno())):
+            older.close()  # read without the lock, the current file was renamed: once
+            older = None
+        for path, handle in ((record_file + ".1", older), (record_file, current)):
+            if handle is not None:
+                with handle:
+                    texts.append((path, handle.read()))
+    finally:
+        if current is not None:
+            current.close()
+    records = []
+    for path, data in texts:
+        bad = 0
+        for line in data.split(b"\n")[:-1]:
+            try:
+                record = system.loads(line.decode("utf-8", "replace"))
+            except (ValueError, RecursionError):
+                record = None
+            if record_ok(record):
+                records.append(record)
+            else:
+                bad += 1
+        if bad:
+            problems.append(f"{path}: {bad} line(s) that are not decision records, skipped")
+    return records, problems
+
+
+def _finite(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e13
+
+
+def record_ok(record):
+    """RECORD has the schema the runner writes (v 1), in the types the
+    report reads: anything else is a line not to trust, not a crash."""
+    if not isinstance(record, dict) or record.get("v") != SCHEMA or not isinstance(record.get("parts"), list):
+        return False
+    if any(record.get(key) is not None and not isinstance(record[key], dict) for key in ("other", "guard")):
+        return False
+    if any(record.get(key) is not None and not _finite(record[key]) for key in ("start", "ms", "warnings", "job", "uid")):
+        return False
+    for part in record["parts"]:
+        if not isinstance(part, dict) or not isinstance(part.get("part"), str):
+            return False
+        if part.get("facts") is not None and not isinstance(part["facts"], dict):
+            return False
+    return True
+
+
+# -- choosing ------------------------------------------------------------------
+def epoch(value, now):
+    """since= as seconds since the epoch: a duration back from NOW (90s, 30m,
+    12h, 1d, 2w), an epoch, or a time (2026-12-01, 2026-12-01T10:00, with or
+    without a zone; without one, the node's local time). RecordError when
+    it is none of these."""
+    import datetime  # the reader's alone: a job end never reads  # pylint: disable=import-outside-toplevel
+    import re  # pylint: disable=import-outside-toplevel
+    if isinstance(value, datetime.datetime):
+        return value.timestamp()
+    if isinstance(value, datetime.date):  # the CLI reads 2026-12-01 as a date
+        return datetime.datetime(value.year, value.month, value.day).timestamp()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        # the CLI reads 10:00 as 600: a number is an epoch only from 2001 on
+        if not 1e9 <= value < 1e11:
+            raise RecordError(f"since={value!r} is not an epoch (seconds since 1970, from 2001 on): "
+                              "give a duration (12h), or a date and time (2026-12-01T10:00)")
+        return float(value)
+    text = str(value).strip()
+    found = re.match(_DURATION, text)
+    if found:
+        return now - int(found.group(1)) * _UNIT_SECONDS[found.group(2)]
+    try:
+        return _iso(text).timestamp()
+    except ValueError:
+        raise RecordError(f"since must be a duration (90s, 30m, 12h, 1d, 2w), an epoch or a time "
+                          f"(2026-12-01T10:00), got {value!r}") from None
+
+
+def _iso(text):
+    """A date, or a date and time (to minutes or seconds), with a zone (Z,
+    +HH:MM, +HHMM) or without (the local time), as Python 3.6 parses it."""
+    import datetime  # pylint: disable=import-outside-toplevel
+    import re  # pylint: disable=import-outside-toplevel
+    zone = None
+    found = re.match(r"(.*?)(Z|[+-][0-9]{2}:?[0-9]{2})\Z", text) if "T" in text else None
+    if found:
+        text, zone = found.group(1), found.group(2)
+    for form in ("%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"):
+        try:
+            value = datetime.datetime.strptime(text, form)
+            break
+        except ValueError:
+            continue
+    else:
+        raise ValueError(text)
+    if zone:
+        offset = 0 if zone == "Z" else (1 if zone[0] == "+" else -1) * (int(zone[1:3]) * 60 + int(zone[-2:]))
+        value = value.replace(tzinfo=datetime.timezone(datetime.timedelta(minutes=offset)))
+    return value
+
+
+def choose(records, start=None, user=None, job=None):
+    """The RECORDS since START (an epoch), of USER, of JOB (None: any)."""
+    return [rec for rec in records
+            if (start is None or (isinstance(rec.get("start"), (int, float)) and rec["start"] >= start))
+            and (user is None or rec.get("user") == user) and (job is None or str(rec.get("job")) == str(job))]
+
+
+def when(seconds):
+    """An epoch as the node's local time, or None."""
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(seconds)) if _finite(seconds) else None
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def guard_answer(line):
+    """(answer, system account?) of one line the localusers guard printed."""
+    if line.startswith("listed in "):
+        return "listed", False
+    if line.startswith("not listed, but uid"):
+        return "not listed", True
+    if line.startswith("not listed in "):
+        return "not listed", False
+    if line.startswith("localusers lookup failed"):
+        return "lookup error", False
+    if line.endswith("the user is unknown, doing nothing"):
+        return "unknown user", False
+    return None, False
+
+
+# -- what they say -------------------------------------------------------------
+def decision(record):
+    """(decision, reason) of one epilog record: acted, spared or unknown,
+    or (None, None) when no lastuserjob part was at stake."""
+    other, guard = record.get("other") or {}, record.get("guard") or {}
+    if other.get("answer") == "unknown":
+        # the reason without its numbers (a lock's uid, squeue's rc), to count alike ones together
+        import re  # pylint: disable=import-outside-toplevel
+        return "unknown", re.sub(r"[0-9]+", "N", str(other.get("why") or "no reason given"))
+    if other.get("answer") == "yes":
+        return "spared", "another job of the user on this node"
+    if guard.get("answer") == "act":
+        return "acted", None
+    if guard.get("answer") == "spare":
+        answer, system_account = guard.get("listed"), guard.get("system")
+        if answer is None:  # a record of a release before the structured guard
+            answer, system_account = guard_answer(str(guard.get("why") or ""))
+        return "spared", "root or a system account" if system_account else {
+            "listed": "listed in localusers", "lookup error": "localusers lookup failed",
+            "unknown user": "the user is unknown"}.get(answer, str(guard.get("why") or "the localusers guard"))
+    return None, None
+
+
+def part_facts(record):
+    """{part name: its entry (ran, rc, ms and facts, or why)} of one record."""
+    return {part.get("part"): part for part in record["parts"] if isinstance(part, dict)}
+
+
+def what_was_done(record):
+    """One job end, in words: what each part did, and why."""
+    import json  # pylint: disable=import-outside-toplevel
+    done = {}
+    for name, part in part_facts(record).items():
+        if not part.get("ran"):
+            done[name] = f"skipped: {part.get('why')}"
+        else:
+            facts = part.get("facts") or {}
+            done[name] = f"ran, exit {part.get('rc')}, {part.get('ms')} ms" + (f": {json.dumps(facts, sort_keys=True)}"
+                                                                              if facts else "")
+    decided, reason = decision(record)
+    return {
+        "job": record.get("job"), "at": when(record.get("start")), "release": record.get("release"),
+        "decision": decided or "no lastuserjob part at stake", "reason": reason,
+        "other_jobs": record.get("other"), "localusers": record.get("guard"),
+        "parts": done, "warnings": record.get("warnings"), "ms": record.get("ms"),
+    }
+
+
+def summary(chosen, start=None):
+    """The counts of epilog.report over the CHOSEN records (since START)."""
+    out = {
+        "nodes": sorted({str(rec.get("node")) for rec in chosen if rec.get("node")}),
+        "since": when(start), "records": len(chosen),
+        "job_ends": 0, "prologs": 0, "acted": 0, "users_acted_on": [], "spared": {}, "unknown": {},
+        "processes_signalled": 0, "sweeps": 0,
+        "residue": {"removed": dict.fromkeys(RESIDUE_KINDS, 0), "kept": dict.fromkeys(RESIDUE_KINDS, 0)},
+        "warnings": 0, "slowest": None,
+    }
+    acted_on = set()
+    for rec in chosen:
+        out["warnings"] += rec.get("warnings") if isinstance(rec.get("warnings"), int) else 0
+        if rec.get("stage") != "epilog":
+            out["prologs"] += 1
+            continue
+        out["job_ends"] += 1
+        decided, reason = decision(rec)
+        if decided == "acted":
+            out["acted"] += 1
+            acted_on.add(str(rec.get("user")))
+        elif decided:
+            out[decided][reason] = out[decided].get(reason, 0) + 1
+        if isinstance(rec.get("ms"), int) and (out["slowest"] is None or rec["ms"] > out["slowest"]["ms"]):
+            out["slowest"] = {"job": rec.get("job"), "user": rec.get("user"), "ms": rec["ms"],
+                              "at": when(rec.get("start"))}
+        for part in part_facts(rec).values():
+            facts = part.get("facts") if isinstance(part.get("facts"), dict) else {}
+            kill, cleanup, sweep = facts.get("kill"), facts.get("cleanup"), facts.get("sweep")
+            if isinstance(kill, dict) and isinstance(kill.get("signalled"), int):
+                out["processes_signalled"] += kill["signalled"]
+            if isinstance(cleanup, dict) and isinstance(cleanup.get("removed"), int):
+                out["residue"]["removed"]["user_files"] += cleanup["removed"]
+            if isinstance(sweep, dict) and isinstance(sweep.get("counts"), dict):
+                out["sweeps"] += 1
+                for kind, counts in sweep["counts"].items():
+                    for what in ("removed", "kept"):
+                        if kind in out["residue"][what] and isinstance(counts, dict) \
+                                and isinstance(counts.get(what), int):
+                            out["residue"][what][kind] += counts[what]
+    out["users_acted_on"] = sorted(acted_on)
+    return out

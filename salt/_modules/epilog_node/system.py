@@ -1,0 +1,372 @@
+"""What the node program reads from the node, and how it opens what it
+writes: who may write a directory (root_only), the processes in /proc, the
+account database's ranges, names shown safely, and a lock that is waited for
+only so long; and the few tools a job end needs that the standard library
+would import a heavy module for. Nothing here decides anything.
+
+What a job end imports is its start-up time, paid at every job end on every
+node: the node program never imports re, enum, collections, signal, socket,
+datetime or json's Python layer on that path (about 15 ms of python 3.11's
+imports together, more than the whole chain's own work). Those it needs come
+from the C modules beneath them (_signal, _socket, _json), and fields()
+stands in for namedtuple; tests/unit/test_python36.py holds the job end's
+imports to this.
+"""
+import errno
+import fcntl
+import os
+import stat
+import time
+
+try:  # the C module under signal: signal.py's enums import enum
+    import _signal as signal
+except ImportError:  # pragma: no cover - CPython always has it
+    import signal  # noqa: F401 - parts and runner take it from here
+try:  # the C module under json: json's own Python layer imports re, and re enum
+    import _json
+except ImportError:  # pragma: no cover - CPython always has it
+    _json = None
+
+# The PATH every part runs with: slurmd gives an epilog almost none.
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The kernel's largest uid a process can hold: (uid_t)-1 means "unchanged"
+# to setresuid, so a process "dropped" to it stays root.
+UID_MAX_REAL = 4294967294
+
+
+
+def fields(name, names, doc=""):
+    """A tuple type whose items have NAMES (space-separated), as namedtuple
+    makes, without importing collections: attribute access, keyword
+    arguments, equality and a repr that names them."""
+    names = tuple(names.split())
+
+    def __new__(cls, *args, **kwargs):
+        if kwargs:
+            missing = [n for n in names[len(args):] if n not in kwargs]
+            if missing or len(kwargs) != len(names) - len(args):
+                raise TypeError("%s takes %s" % (name, ", ".join(names)))
+            args += tuple(kwargs[n] for n in names[len(args):])
+        if len(args) != len(names):
+            raise TypeError("%s takes %s" % (name, ", ".join(names)))
+        return tuple.__new__(cls, args)
+
+    def __repr__(self):
+        return "%s(%s)" % (name, ", ".join("%s=%r" % pair for pair in zip(names, self)))
+
+    space = {"__slots__": (), "__new__": __new__, "__repr__": __repr__, "__doc__": doc or name, "_fields": names}
+    for index, field in enumerate(names):
+        space[field] = property(lambda self, index=index: self[index])
+    return type(name, (tuple,), space)
+
+
+def loads(text):
+    """JSON TEXT (a str) as json.loads reads it, through json's C scanner;
+    ValueError when it is not one JSON value."""
+    if _SCANNER is None:
+        import json  # pylint: disable=import-outside-toplevel
+        return json.loads(text)
+    start, end = 0, len(text)
+    while start < end and text[start] in " \t\n\r":
+        start += 1
+    while end > start and text[end - 1] in " \t\n\r":
+        end -= 1
+    try:
+        value, stop = _SCANNER(text, start)
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    if stop != end:
+        raise ValueError("extra data after the JSON value")
+    return value
+
+
+def dumps(value, sort_keys=False):
+    """VALUE as json.dumps(VALUE, separators=(",", ":"), sort_keys=SORT_KEYS)
+    writes it (ASCII, NaN and Infinity as json writes them), through json's
+    C encoder."""
+    if _json is None or not hasattr(_json, "make_encoder"):
+        import json  # pylint: disable=import-outside-toplevel
+        return json.dumps(value, separators=(",", ":"), sort_keys=sort_keys)
+    encoder = _json.make_encoder({}, _unencodable, _json.encode_basestring_ascii, None, ":", ",", sort_keys, False, True)
+    return "".join(encoder(value, 0))
+
+
+def _unencodable(value):
+    raise TypeError("Object of type %s is not JSON serializable" % type(value).__name__)
+
+
+class _ScanContext:
+    """What json's C scanner reads off a JSONDecoder: json.loads' defaults."""
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    memo = None
+
+    @staticmethod
+    def parse_constant(name):
+        return {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}[name]
+
+
+try:
+    _SCANNER = _json.make_scanner(_ScanContext()) if _json is not None else None
+except (AttributeError, TypeError):  # pragma: no cover - a python whose _json differs: json itself
+    _SCANNER = None
+
+
+_ESCAPED = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def show(name):
+    """NAME for a log line or a report, on one line and printable whatever
+    it holds: a backslash doubled, \\n \\r \\t, any other character that is
+    not printable (the ESC of a terminal sequence, DEL, NEL, a line
+    separator) as \\xNN or \\uNNNN, a byte that is not UTF-8 as \\\\xNN."""
+    if name.isprintable() and "\\" not in name:
+        return name  # what the rest would return, the common case at once
+    # (not os.fsencode: under LC_ALL=C, python 3.6's file system encoding is
+    # ascii, and a name of other letters would raise)
+    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(_ESCAPED.get(char) or (char if char.isprintable() else ascii(char)[1:-1]) for char in text)
+
+
+_ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+
+
+def plain(text, extra=""):
+    """TEXT is ASCII letters, digits and the characters of EXTRA only, and not empty."""
+    return bool(text) and all(c in _ALNUM or c in extra for c in text)
+
+
+def digits(text):
+    """TEXT is ASCII digits only (str.isdigit also takes other scripts' digits)."""
+    return bool(text) and all(c in "0123456789" for c in text)
+
+
+class Trust:
+    """Which directories no account but root can redirect: a real directory
+    (not a symlink) of root's that no group and no other user can write, so
+    nobody else can plant a symlink or a FIFO in it, and whose ancestors are
+    root's real directories nobody else can write either, or sticky (as /tmp
+    is: nobody else can then rename or remove root's entry there). Each path
+    is looked at once per run."""
+
+    def __init__(self):
+        self._seen = {}
+
+    def _dir(self, path, last):
+        key = (path, last)
+        if key not in self._seen:
+            try:
+                st = os.lstat(path)
+                ok = (stat.S_ISDIR(st.st_mode) and st.st_uid == 0
+                      and (not st.st_mode & 0o022 or (not last and st.st_mode & stat.S_ISVTX)))
+            except OSError:
+                ok = False
+            self._seen[key] = ok
+        return self._seen[key]
+
+    def root_only(self, directory):
+        """True when only root can write DIRECTORY and redirect anything in it."""
+        if not directory or not directory.startswith("/"):
+            return False
+        path, last = os.path.normpath(directory), True
+        while True:
+            if not self._dir(path, last):
+                return False
+            if path == "/":
+                return True
+            path, last = os.path.dirname(path), False
+
+    def root_file(self, path):
+        """True when PATH, and what it resolves to, sit in directories only
+        root can write, and the file is root's and nobody else's to write."""
+        try:
+            real = os.path.realpath(path)
+            st = os.stat(real)
+        except (OSError, ValueError):
+            return False
+        return (stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022
+                and self.root_only(os.path.dirname(os.path.abspath(path))) and self.root_only(os.path.dirname(real)))
+
+    def root_tool(self, path):
+        """PATH when it is a regular executable file of root's that no group
+        or other user can write, in a directory only root can write; a
+        symlink (Debian's alternatives) counts by what it resolves to, which
+        must pass the same test, and is used by that path. Else None."""
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                path = os.path.realpath(path)
+                st = os.lstat(path)
+            except (OSError, ValueError):
+                return None
+            if not self.root_only(os.path.dirname(path)):
+                return None
+        if (stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022 and st.st_mode & 0o111):
+            return path
+        return None
+
+
+def open_in(directory, name, flags, mode=0o644):
+    """NAME in DIRECTORY opened with FLAGS, never through a symlink, never
+    blocking on a FIFO, never as a controlling terminal."""
+    return os.open(os.path.join(directory, name),
+                   flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, mode)
+
+
+def read_file(path, limit=1 << 20):
+    """The first LIMIT bytes of the regular file PATH, opened without
+    following a symlink or blocking; raises OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        chunks, left = [], limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def wait_lock(fd, seconds, exclusive=True):
+    """flock FD within SECONDS: True, or False when it was not to be had."""
+    deadline = time.monotonic() + max(seconds, 0)
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(min(pause, max(deadline - time.monotonic(), 0)))
+            pause = min(pause * 2, 0.05)
+        except OSError:
+            return False
+
+
+# -- processes ------------------------------------------------------------------
+def replace_file(path, data, old=None):
+    """Write DATA as PATH by a new file beside it (O_EXCL, never through a
+    symlink; its directory is one only root can write) renamed over it: a
+    reader sees the old file or the new one whole. OLD: the old one's lstat,
+    whose owner and mode the new one gets (None: root's, 0644); until then
+    it is root's alone. OSError when it cannot, with no new file left
+    behind."""
+    directory = os.path.dirname(path) or "/"
+    tmp = os.path.join(directory, ".%s.epilog-tmp.%d" % (os.path.basename(path), os.getpid()))
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if old is not None:
+                os.fchown(fd, old.st_uid, old.st_gid)
+            os.fchmod(fd, 0o644 if old is None else stat.S_IMODE(old.st_mode))
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def pids():
+    """The pids in /proc now, as strings."""
+    return [name for name in os.listdir("/proc") if digits(name)]
+
+
+def status(pid):
+    """{field: text} of /proc/PID/status, or None when there is no such process."""
+    # os.open, not open(): a kill scans every process, twice (python's file
+    # objects cost as much as the kernel's read)
+    try:
+        fd = os.open("/proc/%s/status" % pid, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 8192)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    out = {}
+    for line in data.decode("utf-8", "replace").split("\n"):
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key] = value.strip()
+    return out
+
+
+def uids_of(fields):
+    """(real, effective, saved) of a status, or None."""
+    try:
+        return tuple(int(uid) for uid in fields["Uid"].split()[:3])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def alive(fields):
+    """A status of a live process: a zombie is dead, unless its other threads
+    still run (PID 1 may never reap it, and kill -0 succeeds on it)."""
+    if fields is None:
+        return False
+    state = fields.get("State", "")[:1]
+    try:
+        threads = int(fields.get("Threads", "1"))
+    except ValueError:
+        threads = 1
+    return state not in ("Z", "X") or threads > 1
+
+
+def ppid(pid):
+    """PID's parent, from /proc/PID/stat (the name in it may hold anything:
+    the fields after its last ') ' count), or None."""
+    try:
+        with open("/proc/%s/stat" % pid, "rb") as handle:
+            data = handle.read(4096)
+        return int(data.rsplit(b") ", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def cmdline(pid, limit=4096):
+    try:
+        with open("/proc/%s/cmdline" % pid, "rb") as handle:
+            return handle.read(limit)
+    except OSError:
+        return b""
+
+
+def login_defs(path="/etc/login.defs"):
+    """(UID_MIN, UID_MAX) of the account database: Debian's 1000 and 60000
+    unless login.defs says otherwise."""
+    found = {}
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read(1 << 20)
+    except OSError:
+        text = b""
+    for line in text.split(b"\n"):
+        fields = line.split()
+        if len(fields) >= 2 and fields[0] in (b"UID_MIN", b"UID_MAX") and digits(fields[1].decode("ascii", "replace")):
+            found.setdefault(fields[0], int(fields[1]))  # the first line of each counts
+    return found.get(b"UID_MIN", 1000), found.get(b"UID_MAX", 60000)

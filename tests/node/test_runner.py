@@ -1,0 +1,262 @@
+"""The runners (epilog.sh, prolog.sh) and the allow-file edits, as the state
+renders them: order, timeouts, faults that must never drain a node, and the
+last-job lookup's unknown answer."""
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import time
+
+import pytest
+
+from tests.helpers import end, killed, owned_file, require_tools, slurmd_env, still_running, stray, uid_of
+from tests.node.conftest import add_part
+
+
+def test_runner_runs_parts_in_ascending_order_and_only_run_parts_names(own_chain, tmp_path):
+    c = own_chain()
+    trail = tmp_path / "trail"
+    for name in ["90-last", "10-first", "50-middle"]:
+        add_part(c, name, f"echo {name} >> {trail}")
+    add_part(c, "60-backup.bak", f"echo 60-backup.bak >> {trail}")
+    add_part(c, "70-not-executable", f"echo 70 >> {trail}", mode=0o644)
+    add_part(c, "README", f"echo README >> {trail}")
+    ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("je.kim"))
+    assert ret.returncode == 0, ret
+    assert trail.read_text().split() == ["10-first", "50-middle", "90-last"]
+
+
+def test_a_hanging_part_is_stopped_and_the_chain_goes_on(own_chain):
+    c = own_chain(part_timeout=2, sweep_budget=1)
+    add_part(c, "30-hang", "sleep 120")
+    proc = stray("alice")
+    try:
+        started = time.monotonic()
+        ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("alice"))
+        assert ret.returncode == 0
+        assert time.monotonic() - started < 30
+        assert "30-hang exited 124" in c.log_text()
+        assert killed(proc), "40 did not run after the hanging part"
+    finally:
+        end(proc)
+
+
+def test_a_site_part_starts_with_the_signals_a_shell_would_give_it(own_chain, tmp_path):
+    """The runner is python, which ignores SIGPIPE and SIGXFSZ; a site part
+    exec'd from it starts with neither ignored (a `producer | head` in it
+    ends as it would under a shell), and with no signal blocked."""
+    c = own_chain()
+    seen = tmp_path / "signals"
+    add_part(c, "30-signals", f"exec grep -E '^Sig(Ign|Blk):' /proc/self/status > {seen}")
+    ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("je.kim"))
+    assert ret.returncode == 0, ret
+    masks = dict(line.split(":\t") for line in seen.read_text().splitlines())
+    ignored, blocked = int(masks["SigIgn"], 16), int(masks["SigBlk"], 16)
+    for sig in (13, 25):  # SIGPIPE, SIGXFSZ
+        assert not ignored & (1 << (sig - 1)), masks
+    assert blocked == 0, masks
+
+
+def test_a_failing_part_does_not_fail_the_runner(own_chain):
+    c = own_chain()
+    add_part(c, "30-fails", "exit 3")
+    ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("je.kim"))
+    assert ret.returncode == 0
+    assert "30-fails exited 3" in c.log_text()
+
+
+def test_a_kill_that_cannot_act_as_the_user_never_fails_the_chain(own_chain):
+    """40 cannot take the user's uid when the chain runs without CAP_SETUID
+    (setpriv drops it for real: setresuid fails with EPERM): it says so, the
+    user's process lives on, and 42 still runs."""
+    require_tools("setpriv")
+    c = own_chain()
+    proc = stray("alice")
+    residue = owned_file("alice")
+    try:
+        drop = ["setpriv", "--inh-caps=-setuid,-setgid", "--bounding-set=-setuid,-setgid"]
+        ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("alice", SLURM_CONF="/nonexistent/slurm.conf"), prefix=drop)
+        assert ret.returncode == 0, ret
+        assert f"could not kill the processes of uid {uid_of('alice')} (cannot act as uid" in c.log_text()
+        assert still_running(proc)
+        assert not residue.exists(), "42 must still run after 40 failed"
+    finally:
+        end(proc)
+        residue.unlink(missing_ok=True)
+
+
+def test_no_log_dir_and_no_syslog_never_fail_a_part(own_chain, tmp_path):
+    """No log directory (the state made it; it is gone since), and no syslog
+    socket: if a syslog daemon runs here, /dev/null is bind-mounted over
+    /dev/log in a private mount namespace."""
+    c = own_chain(log_file=str(tmp_path / "missing-dir" / "epilog.log"))
+    shutil.rmtree(tmp_path / "missing-dir")
+    prefix = []
+    if os.path.lexists("/dev/log"):
+        prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                  'mount --bind /dev/null /dev/log && exec "$@"', "sh"]
+    proc = stray("alice")
+    try:
+        ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("alice"), prefix=prefix)
+        assert ret.returncode == 0, ret
+        assert killed(proc)
+        assert not (tmp_path / "missing-dir").exists()
+    finally:
+        end(proc)
+
+
+def test_unknown_other_jobs_skip_the_lastuserjob_parts(own_chain):
+    """Another job's step socket in the spool, no slurmstepd holding one of the
+    user's processes, job marks that cannot be trusted (the run directory
+    belongs to the slurm account), and squeue cannot reach a controller:
+    unknown, so the destructive parts are skipped and a warning is logged."""
+    c = own_chain()
+    c.run_dir.mkdir(mode=0o700, exist_ok=True)
+    shutil.chown(c.run_dir, "slurm", "slurm")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(c.spool_dir / "node_999999.4294967291"))
+    proc = stray("alice")
+    try:
+        env = slurmd_env("alice", SLURM_CONF="/nonexistent/slurm.conf")
+        ret = c.run(c.conf_dir / "epilog.sh", env)
+        assert ret.returncode == 0
+        log = c.log_text()
+        assert "other jobs of this user on this node: unknown (squeue failed or timed out" in log
+        assert "skipping 40-lastuserjob-processes" in log
+        assert still_running(proc)
+    finally:
+        end(proc)
+        sock.close()
+
+
+def test_no_step_of_another_job_is_a_node_local_last_job(own_chain):
+    c = own_chain()
+    proc = stray("alice")
+    try:
+        env = slurmd_env("alice", SLURM_CONF="/nonexistent/slurm.conf")  # no controller to ask
+        assert c.run(c.conf_dir / "epilog.sh", env).returncode == 0
+        assert "other jobs of this user on this node: no (node-local: no step of another job in" in c.log_text()
+        assert killed(proc)
+    finally:
+        end(proc)
+
+
+def test_a_spool_that_is_not_slurmds_live_one_is_not_trusted(own_chain):
+    """No cred_state: the pillar's slurmd_spool_dir may not be the real
+    SlurmdSpoolDir, so its lack of step sockets proves nothing; the runner
+    goes on to pgrep and squeue."""
+    c = own_chain()
+    (c.spool_dir / "cred_state").unlink()
+    env = slurmd_env("je.kim", SLURM_CONF="/nonexistent/slurm.conf")
+    assert c.run(c.conf_dir / "epilog.sh", env).returncode == 0
+    start = next(line for line in c.log_text().splitlines() if "epilog.sh" in line and "start;" in line)
+    assert "node-local: no step of another job in" not in start, start
+
+
+def run_prolog(chain, user):
+    ret = chain.run(chain.conf_dir / "prolog.sh", slurmd_env(user))
+    assert ret.returncode == 0, ret
+
+
+def test_prolog_adds_the_exact_line_once_and_keeps_the_others(chain):
+    allow = chain.allow_file
+    allow.write_text("bob\nalice-admin\nalicex")  # no final newline
+    os.chmod(allow, 0o640)
+    inode = allow.stat().st_ino
+    run_prolog(chain, "alice")
+    run_prolog(chain, "alice")
+    assert allow.read_text() == "bob\nalice-admin\nalicex\nalice\n"
+    st = allow.stat()
+    assert stat.S_IMODE(st.st_mode) == 0o640 and st.st_uid == 0
+    assert st.st_ino != inode, "the file must be replaced by a rename, not rewritten in place"
+    assert not list(allow.parent.glob(".localusers.epilog-tmp.*"))
+
+
+def test_prolog_creates_a_missing_allow_file(chain):
+    chain.allow_file.unlink(missing_ok=True)
+    run_prolog(chain, "alice")
+    assert chain.allow_file.read_text() == "alice\n"
+
+
+def test_allow_file_symlink_is_left_alone(chain, tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("bob\nalice\n")
+    chain.allow_file.unlink(missing_ok=True)
+    chain.allow_file.symlink_to(target)
+    mark = len(chain.log_text())
+    try:
+        run_prolog(chain, "s.shin")
+        assert chain.run_part("39-lastuserjob-ssh", slurmd_env("alice")).returncode == 0
+        assert target.read_text() == "bob\nalice\n"
+        assert chain.allow_file.is_symlink()
+        assert chain.log_text()[mark:].count("is not a regular file; left alone") == 2
+    finally:
+        chain.allow_file.unlink()
+
+
+def test_39_removes_a_crlf_line_of_the_user_only(chain):
+    chain.allow_file.write_bytes(b"bob\r\nalice\r\nalicex\r\n")
+    assert chain.run_part("39-lastuserjob-ssh", slurmd_env("alice")).returncode == 0
+    assert chain.allow_file.read_bytes() == b"bob\r\nalicex\r\n"
+
+
+@pytest.mark.parametrize("user", ["root", "daemon", "munge", "slurm", "nobody"])
+def test_root_and_system_accounts_are_never_targets_even_if_unlisted(chain, user, tmp_path):
+    """A pillar that forgets root must not make the epilog kill root's
+    processes; nor those of daemons (uid < UID_MIN, or Debian's static system
+    range above UID_MAX: slurm is 64030, nobody 65534)."""
+    chain.localusers.write_text("je.kim\n")
+    mark = len(chain.log_text())
+    residue = owned_file(user)
+    try:
+        proc = subprocess.Popen(["setpriv", f"--reuid={user}", "--regid=65534", "--clear-groups", "sleep", "600"],
+                                start_new_session=True)
+        try:
+            for part in ("40-lastuserjob-processes", "42-lastuserjob-cleanup"):
+                assert chain.run_part(part, slurmd_env(user)).returncode == 0
+            assert still_running(proc)
+            assert residue.exists()
+            # root's uid 0 is no job uid at all; the others are system accounts
+            why = "is not a uid from 1 to 4294967294" if user == "root" else "is root or a system account"
+            assert chain.log_text()[mark:].count(why) == 2
+        finally:
+            end(proc)
+    finally:
+        residue.unlink(missing_ok=True)
+        chain.localusers.write_text("root\nje.kim\ns.shin\n")
+
+
+def test_nothing_to_kill_and_a_vanished_allow_file_never_fail_a_part(chain):
+    """killall/pkill exit 1 when nothing matched, and the allow file may be
+    gone: neither is an error, and no part exits non-zero."""
+    chain.allow_file.unlink(missing_ok=True)
+    env = slurmd_env("alicex")
+    mark = len(chain.log_text())
+    for part in ("39-lastuserjob-ssh", "40-lastuserjob-processes", "42-lastuserjob-cleanup"):
+        assert chain.run_part(part, env).returncode == 0
+    log = chain.log_text()[mark:]
+    assert "killed the processes of uid" in log and "round(s)): 0" in log
+    assert f"not in {chain.allow_file}; nothing to remove" in log
+
+
+def test_a_release_runs_no_shell_and_no_perl(chain):
+    """What a node runs is the node program: every entry point of a release
+    (Epilog=, Prolog= and each of the formula's parts) is a few lines of
+    Python run by the system's python3 (-I: nothing of the caller's
+    environment, -S: no site, -B: no bytecode written), no file of it is a
+    shell or Perl script, and none calls a shell."""
+    release = chain.release
+    files = [p for p in release.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    shell_lines = 0
+    for path in files:
+        head = path.read_bytes()[:64]
+        if os.access(path, os.X_OK):
+            assert head.startswith(b"#!/usr/bin/python3 -ISB\n"), path
+            assert len(path.read_text().splitlines()) < 25, path
+        assert not head.startswith((b"#!/bin/bash", b"#!/bin/sh", b"#!/usr/bin/perl", b"#!/usr/bin/env")), path
+        text = path.read_text(errors="replace")
+        assert "shell=True" not in text and "os.system(" not in text and "perl" not in text.lower(), path
+        if head.startswith((b"#!/bin/bash", b"#!/bin/sh")):
+            shell_lines += len(text.splitlines())
+    assert shell_lines <= 200

@@ -1,0 +1,66 @@
+"""slurm.conf read the way Slurm reads it, by epilog.verify and epilog.clean
+on a node laid down by the real state (the node fixture); the parser's
+table of the forms Slurm accepts is in tests/unit."""
+import pytest
+
+from tests.helpers import RELEASES
+
+
+@pytest.mark.parametrize("text", [
+    'Epilog="{conf}/epilog.sh"\n',
+    "epilog = {conf}/epilog.sh\n",
+    "Include extra.conf\n",
+    "PROLOG={conf}/prolog.sh\n",
+    "Epilog=epilog.sh\n",
+    "Epilog=/{conf}/epilog.sh\n",
+    "Epilog={link}/epilog.sh\n",
+    "Epilog={conf}/epi\\\nlog.sh\n",
+    "Epilog={conf}/epi\\log.sh\n",
+    "Epilog={conf}/epilog.d/*\n",
+], ids=["quoted", "lowercase-spaces", "include", "prolog-upper", "relative", "double-slash", "symlinked-dir",
+        "continued-line", "escaped", "glob"])
+def test_clean_refuses_while_any_form_names_the_chain(node, text):
+    node.apply()
+    conf = node.conf_dir / "slurm.conf"
+    link = node.base / "slurm-link"
+    link.symlink_to(node.conf_dir)
+    conf.write_text("ClusterName=x\n" + text.replace("{conf}", str(node.conf_dir)).replace("{link}", str(link)))
+    (node.conf_dir / "extra.conf").write_text(f"Epilog={node.conf_dir}/epilog.sh\n")
+    refused = node.minion.apply("epilog.clean")
+    assert not refused.ok and "refusing to remove the chain" in refused.text, refused
+    assert (node.conf_dir / "epilog.sh").is_symlink() and (node.conf_dir / RELEASES).is_dir()
+
+
+def test_clean_refuses_when_it_cannot_tell(node):
+    node.apply()
+    conf = node.conf_dir / "slurm.conf"
+    conf.write_text("ClusterName=x\nInclude gone.conf\n")
+    refused = node.minion.apply("epilog.clean")
+    assert not refused.ok and "gone.conf cannot be read" in refused.text, refused
+    conf.unlink()  # and no other slurm.conf on this node: configless, or not there at all
+    refused = node.minion.apply("epilog.clean")
+    assert not refused.ok and "no slurm.conf found" in refused.text, refused
+    assert (node.conf_dir / "epilog.sh").is_symlink()
+    # configless: slurmd's cache in its spool is what it runs
+    cache = node.base / "spool/conf-cache"
+    cache.mkdir()
+    (cache / "slurm.conf").write_text(f"Epilog = \"{node.conf_dir}/epilog.sh\"\n")
+    report = node.run("verify")
+    assert any("runs configless" in p for p in report["problems"]), report
+    refused = node.minion.apply("epilog.clean")
+    assert not refused.ok and "conf-cache/slurm.conf names" in refused.text, refused
+    (cache / "slurm.conf").write_text("ClusterName=x\n")
+    node.apply("epilog.clean")
+    assert not (node.conf_dir / "epilog.sh").exists()
+
+
+def test_verify_reads_includes_and_quotes_and_the_last_value(node):
+    node.apply()
+    conf = node.conf_dir / "slurm.conf"
+    base = conf.read_text()
+    conf.write_text(base.replace(f"Epilog={node.conf_dir}/epilog.sh", f'Epilog = "{node.conf_dir}/epilog.sh"'))
+    assert node.run("verify")["result"] is True
+    (node.conf_dir / "late.conf").write_text("Epilog=/usr/local/sbin/other-epilog\n")
+    conf.write_text(conf.read_text() + "Include late.conf\n")
+    problems = "\n".join(node.run("verify")["problems"])
+    assert "gives Epilog= 2 times" in problems, problems

@@ -1,0 +1,364 @@
+"""A real one-node Slurm (munge, slurmctld, slurmd: Debian's 22.05, and
+24.11 built from source), a real sshd on 127.0.0.1 and a real rsyslogd,
+started and stopped by the tests. slurm.conf points Epilog=/Prolog= at the
+runners of a chain laid down as the state would (tests/release.py; what
+needs Salt itself uses a minion of its own)."""
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import HOST, Chain, kill_pidfile, require, require_root, require_tools, wait_for
+
+# The Slurm releases the real-Slurm tests run against: Debian 12's 22.05, and
+# upstream 24.11 built by .ci/slurm-24.11 (from the tarball Debian 13 carries)
+# into its cache directory. Each runs with ports and directories of its own.
+SLURM_2411_PREFIX = Path(os.environ.get("EPILOG_SLURM_2411_PREFIX", "/var/cache/epilog-ci/slurm-24.11"))
+SLURMS = {
+    "22.05": {"sbin": Path("/usr/sbin"), "bin": Path("/usr/bin"), "ports": (16817, 16818)},
+    "24.11": {"sbin": SLURM_2411_PREFIX / "sbin", "bin": SLURM_2411_PREFIX / "bin", "ports": (17817, 17818)},
+}
+# The tests of what happens at a real job end run on each release; the
+# others (a master serving salt/, a release switched under fire) on 22.05.
+ON_EVERY_SLURM = ("test_slurm_job_end.py", "test_sweep_job_end.py", "test_hostile_job_end.py")
+SSHD_PORT = 2222
+LISTFILE_SSHD_PORT = 2223
+OPERATOR = "opal"
+
+
+def port_free(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def pid_alive(pid):
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def stop_pidfile(pidfile, timeout=15):
+    pid = kill_pidfile(pidfile)
+    if pid:
+        deadline = time.monotonic() + timeout
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if pid_alive(pid):
+            os.kill(pid, 9)
+
+
+@pytest.fixture(scope="session")
+def munge():
+    require_root()
+    require_tools("/usr/sbin/munged", "munge", "unmunge")
+    require(Path("/etc/munge/munge.key").exists(), "/etc/munge/munge.key (package munge)")
+    Path("/run/munge").mkdir(parents=True, exist_ok=True)
+    shutil.chown("/run/munge", "munge", "munge")
+    if subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode != 0:
+        subprocess.run(["setpriv", f"--reuid={pwd.getpwnam('munge').pw_uid}", f"--regid={pwd.getpwnam('munge').pw_gid}",
+                        "--clear-groups", "/usr/sbin/munged"], check=True)
+    wait_for(lambda: subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode == 0,
+             10, what="munged to answer")
+
+
+def pytest_generate_tests(metafunc):
+    """A test that takes the slurm fixture runs on each Slurm release of
+    SLURMS when its file is one of ON_EVERY_SLURM, else on 22.05.
+    EPILOG_SLURMS=22.05 (a comma list) narrows a local run; CI runs them all."""
+    if "slurm" not in metafunc.fixturenames:
+        return
+    wanted = [v for v in os.environ.get("EPILOG_SLURMS", ",".join(SLURMS)).split(",") if v]
+    if not wanted or set(wanted) - set(SLURMS):
+        raise pytest.UsageError(f"EPILOG_SLURMS={os.environ.get('EPILOG_SLURMS')!r}: a comma list of {', '.join(SLURMS)}")
+    every = Path(str(metafunc.definition.path)).name in ON_EVERY_SLURM
+    releases = [v for v in SLURMS if v in wanted] if every else ["22.05"]
+    metafunc.parametrize("slurm_release", releases, indirect=True, scope="module",
+                         ids=[f"slurm{v}" for v in releases])
+
+
+@pytest.fixture(scope="session")
+def slurm_release(request):
+    """The Slurm release this test runs against: '22.05' or '24.11'."""
+    return getattr(request, "param", "22.05")
+
+
+class Slurm:
+    def __init__(self, base, chain, release="22.05"):
+        self.base = base
+        self.chain = chain
+        self.release = release
+        self.sbin = SLURMS[release]["sbin"]
+        self.conf = base / "slurm.conf"
+        path = f"{SLURMS[release]['bin']}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf), "PATH": path}
+
+    def cmd(self, *argv, check=True, timeout=60):
+        return subprocess.run(argv, env=self.env, capture_output=True, text=True, check=check, timeout=timeout)
+
+    def node_state(self):
+        out = self.cmd("scontrol", "show", "node", HOST).stdout
+        fields = dict(part.split("=", 1) for part in out.split() if "=" in part)
+        return fields.get("State", ""), fields.get("Reason", "")
+
+    def run_job(self, user, script, timeout=120):
+        """Run SCRIPT with srun as USER; returns (job id, stdout)."""
+        pw = pwd.getpwnam(user)
+        proc = subprocess.run(
+            ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups",
+             "srun", "--quiet", "bash", "-c", 'echo "JOBID=$SLURM_JOB_ID"; ' + script],
+            env={**self.env, "HOME": pw.pw_dir, "USER": user}, cwd="/tmp",
+            capture_output=True, text=True, timeout=timeout,
+        )
+        assert proc.returncode == 0, (proc.stdout, proc.stderr)
+        job = next(line.split("=", 1)[1] for line in proc.stdout.splitlines() if line.startswith("JOBID="))
+        return job, proc.stdout
+
+    def submit(self, user, script):
+        pw = pwd.getpwnam(user)
+        proc = subprocess.run(
+            ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups",
+             "sbatch", "--parsable", "--output=/dev/null", "--wrap", script],
+            env={**self.env, "HOME": pw.pw_dir, "USER": user}, cwd="/tmp", capture_output=True, text=True, timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip().split(";")[0]
+
+    def wait_epilog_end(self, job, timeout=90):
+        """The runner logs '<epilog.sh> job=N ...: end' as its last line."""
+        needle = f"epilog.sh job={job} "
+        return wait_for(
+            lambda: any(needle in line and line.endswith(": end") for line in self.chain.log_text().splitlines()),
+            timeout, what=f"the epilog of job {job} to finish",
+        )
+
+    def site_epilog_jobs(self):
+        """The jobs whose end ran the site's epilog (the first Epilog=)."""
+        jobs = self.base / "log/site-epilog.jobs"
+        return jobs.read_text().split() if jobs.exists() else []
+
+    def job_log(self, job):
+        return [line for line in self.chain.log_text().splitlines() if f" job={job} " in line]
+
+    def wait_idle(self, timeout=60):
+        def idle():
+            state, _ = self.node_state()
+            return state.split("+")[0] == "IDLE" and "COMPLETING" not in state
+        wait_for(idle, timeout, interval=0.3, what="the node to be IDLE")
+
+
+@pytest.fixture(scope="module")
+def slurm(munge, accounts, slurm_release):
+    """A real one-node Slurm of SLURM_RELEASE, its Epilog=/Prolog= the
+    runners the state laid down; stopped (and its files removed) after the
+    module's last test of that release. Module-scoped: no slurmd of the
+    tests outlives its module, so the tests that follow (the quickstart, the
+    fleet) meet a node without one, as epilog.verify finds a running
+    slurmd's slurm.conf and reports the chain it runs."""
+    sbin, bin_dir = SLURMS[slurm_release]["sbin"], SLURMS[slurm_release]["bin"]
+    how = "bash .ci/slurm-24.11" if slurm_release == "24.11" else "bash .ci/setup"
+    for tool in (sbin / "slurmctld", sbin / "slurmd", *(bin_dir / t for t in ("srun", "sbatch", "scontrol", "sinfo"))):
+        require(tool.exists(), f"{tool} of Slurm {slurm_release} ({how})")
+    if slurm_release == "24.11":
+        require((SLURM_2411_PREFIX / ".built").exists(), f"a finished build in {SLURM_2411_PREFIX} ({how})")
+    slurmctld_port, slurmd_port = SLURMS[slurm_release]["ports"]
+    for port in (slurmctld_port, slurmd_port):
+        require(port_free(port), f"port {port} free for the test Slurm")
+    # Job users read slurm.conf, and pytest's base temp dir is 0700: use /var/tmp.
+    base = Path(tempfile.mkdtemp(prefix=f"epilog-test-slurm-{slurm_release}-", dir="/var/tmp"))
+    os.chmod(base, 0o755)
+    for sub in ("state", "spool", "log", "run"):
+        (base / sub).mkdir()
+    chain = Chain(base / "etc-slurm", base / "localusers", base / "log" / "epilog.log", base / "spool")
+    chain.lay_down(localusers=["root", OPERATOR])
+    # A site's own epilog, named before the chain: Slurm before 24.05 runs
+    # only the last Epilog=, 24.05 and later run each, in order.
+    site_epilog = base / "site-epilog.sh"
+    site_epilog.write_text(f'#!/bin/sh\necho "$SLURM_JOB_ID" >> {base}/log/site-epilog.jobs\n')
+    os.chmod(site_epilog, 0o755)
+    conf = base / "slurm.conf"
+    conf.write_text(f"""\
+ClusterName=epilogtest
+SlurmctldHost={HOST}
+SlurmctldPort={slurmctld_port}
+SlurmdPort={slurmd_port}
+AuthType=auth/munge
+SlurmUser=root
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+StateSaveLocation={base}/state
+SlurmdSpoolDir={base}/spool
+SlurmctldLogFile={base}/log/slurmctld.log
+SlurmdLogFile={base}/log/slurmd.log
+SlurmctldPidFile={base}/run/slurmctld.pid
+SlurmdPidFile={base}/run/slurmd.pid
+Epilog={site_epilog}
+Epilog={chain.conf_dir}/epilog.sh
+Prolog={chain.conf_dir}/prolog.sh
+PrologFlags=Alloc
+PrologEpilogTimeout=120
+NodeName={HOST} CPUs={os.cpu_count()} State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+""")
+    s = Slurm(base, chain, slurm_release)
+    try:
+        s.cmd(str(sbin / "slurmctld"))
+        wait_for(lambda: s.cmd("scontrol", "ping", check=False).returncode == 0, 30, what="slurmctld")
+        s.cmd(str(sbin / "slurmd"))
+        s.wait_idle()
+        version = s.cmd("scontrol", "--version").stdout.split()  # "slurm 24.11.5", "slurm-wlm 22.05.8"
+        assert version and version[-1].startswith(f"{slurm_release}."), (slurm_release, version)
+        yield s
+    finally:
+        stop_pidfile(base / "run/slurmd.pid")
+        stop_pidfile(base / "run/slurmctld.pid")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+class Rsyslog:
+    def __init__(self, base):
+        self.base = base
+        self.conf = base / "rsyslog.conf"
+        self.pidfile = base / "rsyslogd.pid"
+        self.out = base / "syslog"
+        self.conf.write_text(f"""\
+module(load="imuxsock" SysSock.Name="/dev/log")
+global(workDirectory="{base}")
+*.* action(type="omfile" file="{self.out}")
+""")
+
+    def start(self):
+        clear_stale_dev_log()
+        if Path("/dev/log").exists() and not Path("/dev/log").is_socket():
+            raise AssertionError("/dev/log exists and is not a socket")
+        subprocess.run(["/usr/sbin/rsyslogd", "-f", str(self.conf), "-i", str(self.pidfile)], check=True)
+        wait_for(lambda: Path("/dev/log").is_socket(), 10, what="rsyslogd to create /dev/log")
+
+    def stop(self):
+        stop_pidfile(self.pidfile)
+        Path("/dev/log").unlink(missing_ok=True)
+
+    def text(self):
+        return self.out.read_text() if self.out.exists() else ""
+
+
+def clear_stale_dev_log():
+    """A syslog daemon that was killed (a run cut short, a crash) leaves its
+    /dev/log socket behind with nobody reading it. That socket is not another
+    daemon: a datagram to it is refused. Remove it so that ours can bind;
+    leave a live one (it is another daemon's) and anything not a socket."""
+    dev_log = Path("/dev/log")
+    if not dev_log.is_socket() or dev_log.is_symlink():
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(str(dev_log))
+        except ConnectionRefusedError:
+            dev_log.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+@pytest.fixture(scope="session")
+def rsyslog(tmp_path_factory):
+    require_tools("/usr/sbin/rsyslogd")
+    clear_stale_dev_log()
+    require(not Path("/dev/log").exists(), "no other syslog daemon owning /dev/log")
+    r = Rsyslog(tmp_path_factory.mktemp("rsyslog"))
+    r.start()
+    yield r
+    r.stop()
+
+
+class Sshd:
+    """A real sshd on 127.0.0.1 with key logins for opal and alice. With
+    ALLOW_FILE, it runs in a mount namespace whose /etc/pam.d/sshd starts
+    the account stack with pam_listfile on that file, as sites restrict ssh
+    to the users with a job on the node (the file the prolog and 39 edit)."""
+
+    def __init__(self, base, port, allow_file=None):
+        self.base, self.port = base, port
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(base / "host_key")], check=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(base / "client_key")], check=True)
+        pub = (base / "client_key.pub").read_text()
+        for user in ("opal", "alice"):
+            pw = pwd.getpwnam(user)
+            ssh_dir = Path(pw.pw_dir) / ".ssh"
+            ssh_dir.mkdir(mode=0o700, exist_ok=True)
+            keys = ssh_dir / "authorized_keys"
+            old = keys.read_text() if keys.exists() else ""
+            if pub not in old:
+                keys.write_text(old + pub)
+            for path in (ssh_dir, keys):
+                os.chown(path, pw.pw_uid, pw.pw_gid)
+        conf = base / "sshd_config"
+        conf.write_text(f"""\
+Port {port}
+ListenAddress 127.0.0.1
+HostKey {base}/host_key
+PidFile {base}/sshd.pid
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+UsePAM yes
+MaxStartups 100
+""")
+        command = ["/usr/sbin/sshd", "-f", str(conf)]
+        if allow_file is not None:
+            pam = base / "pam.d-sshd"
+            pam.write_text(f"account required pam_listfile.so item=user sense=allow file={allow_file} onerr=fail\n"
+                           + Path("/etc/pam.d/sshd").read_text())
+            command = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                       f'mount --bind {pam} /etc/pam.d/sshd && exec "$@"', "sh", *command]
+        subprocess.run(command, check=True)
+        wait_for(lambda: not port_free(port), 10, what=f"sshd to listen on {port}")
+
+    def __call__(self, user, command):
+        return subprocess.Popen(
+            ["ssh", "-i", str(self.base / "client_key"), "-p", str(self.port), "-o", "BatchMode=yes",
+             "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+             f"{user}@127.0.0.1", command],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+
+    def stop(self):
+        stop_pidfile(self.base / "sshd.pid")
+
+
+def start_sshd(tmp_path_factory, name, port, allow_file=None):
+    require_tools("/usr/sbin/sshd", "ssh", "ssh-keygen")
+    require(port_free(port), f"port {port} free for the test sshd")
+    base = tmp_path_factory.mktemp(name)
+    os.chmod(base, 0o755)
+    Path("/run/sshd").mkdir(exist_ok=True)
+    return Sshd(base, port, allow_file)
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory, accounts):
+    """A real sshd on 127.0.0.1:2222 with key logins for the test accounts."""
+    server = start_sshd(tmp_path_factory, "sshd", SSHD_PORT)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def listfile_sshd(tmp_path_factory, accounts, slurm):
+    """A real sshd on 127.0.0.1:2223 that lets in only the users listed in
+    the test Slurm's ssh allow file (pam_listfile, account stack)."""
+    require(any(Path(d, "security/pam_listfile.so").exists() for d in ("/lib/x86_64-linux-gnu", "/usr/lib64")),
+            "pam_listfile (libpam-modules)")
+    server = start_sshd(tmp_path_factory, "listfile-sshd", LISTFILE_SSHD_PORT, allow_file=slurm.chain.allow_file)
+    yield server
+    server.stop()

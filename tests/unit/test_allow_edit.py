@@ -1,0 +1,98 @@
+"""The ssh allow file's edit (epilog_node/parts.py): allow_lines reads the
+file's lines as a shell's mapfile does, and allow_change decides, for an
+add (prolog 50) or a remove (part 39), what changes: exact whole lines, a CR
+at a line's end ignored, every other line kept as it is, never a duplicate;
+and in_place_writes, the edit made in the file itself on a full file
+system, whose every torn state names nobody new. No files: the node tier
+edits real ones (tests/node/test_runner.py, and a full file system in
+tests/node/test_hostile_chain.py)."""
+import itertools
+
+import pytest
+
+from tests.unit.conftest import node
+
+parts = node("parts")
+
+
+@pytest.mark.parametrize("data,lines", [
+    (b"", []), (b"\n", [b""]), (b"bob\nalice\n", [b"bob", b"alice"]), (b"bob\nalice", [b"bob", b"alice"]),
+    (b"bob\r\n\nalice\n\n", [b"bob\r", b"", b"alice", b""]),
+])
+def test_the_lines_of_the_allow_file(data, lines):
+    assert parts.allow_lines(data) == lines
+
+
+@pytest.mark.parametrize("op,user,lines,change,after", [
+    ("add", b"alice", [b"bob"], "added", [b"bob", b"alice"]),
+    ("add", b"alice", [b"bob", b"alice"], "present", None),
+    ("add", b"alice", [b"bob", b"alice\r"], "present", None),
+    ("add", b"alice", [b"alice-admin", b"alicex", b" alice", b"al.ce"], "added",
+     [b"alice-admin", b"alicex", b" alice", b"al.ce", b"alice"]),
+    ("remove", b"alice", [b"bob", b"alice", b"alicex"], "removed", [b"bob", b"alicex"]),
+    ("remove", b"alice", [b"bob\r", b"alice\r", b"alicex\r"], "removed", [b"bob\r", b"alicex\r"]),
+    ("remove", b"alice", [b"alice", b"", b"alice"], "removed", [b""]),
+    ("remove", b"alice", [b"alicex", b"alice.b", b"xalice"], "absent", None),
+    ("remove", b"-v", [b"bob", b"-v"], "removed", [b"bob"]),
+    ("remove", b"alice", [], "absent", None),
+    ("remove", b"alice", [b"bob", b"#####", b"alice", b"##\r", b"#x"], "removed", [b"bob", b"#x"]),
+    ("add", b"alice", [b"#####", b"bob", b""], "added", [b"bob", b"", b"alice"]),
+], ids=["add", "add-present", "add-present-crlf", "add-no-regex-no-substring", "remove", "remove-crlf",
+        "remove-every-copy", "remove-absent", "remove-dash-v", "remove-empty", "remove-drops-fillers",
+        "add-drops-fillers"])
+def test_the_allow_change(op, user, lines, change, after):
+    assert parts.allow_change(op, user, lines) == (change, after)
+
+
+def names(data):
+    """The lines of DATA that could name an account (no #: no account is
+    named with one; an empty line names nobody)."""
+    return {parts._name(line) for line in parts.allow_lines(data)} - {b""} - {
+        parts._name(line) for line in parts.allow_lines(data) if b"#" in line}
+
+
+def torn_states(data, writes):
+    """Every state of the file while WRITES are made, one after another, each
+    of them cut short or with any of its bytes landed and not the others
+    (a reader in the middle of one): the file never shrinks."""
+    states, current = [], bytearray(data)
+    for offset, chunk in writes:
+        for landed in itertools.product((False, True), repeat=len(chunk)):
+            state = bytearray(current)
+            for i, byte in enumerate(chunk):
+                if landed[i]:
+                    if offset + i < len(state):
+                        state[offset + i] = byte
+                    elif offset + i == len(state):
+                        state.append(byte)
+                    else:  # an appended byte lands only after those before it
+                        break
+            states.append(bytes(state))
+        current[offset:offset + len(chunk)] = chunk
+    return states, bytes(current)
+
+
+@pytest.mark.parametrize("op,user,data,final", [
+    ("remove", b"alice", b"bob\nalice\nmaria.kim\n", b"bob\n#####\nmaria.kim\n"),
+    ("remove", b"bob", b"bob\nalice\nmaria.kim\n", b"###\nalice\nmaria.kim\n"),
+    ("remove", b"kim", b"kim\r\nmaria.kim\nkim", b"###\r\nmaria.kim\n###"),
+    ("add", b"alicex", b"bob\nalice\n", b"bob\nalice\nalicex\n"),
+    ("add", b"kim", b"bob\nmaria.", b"bob\nmaria.\nkim\n"),
+    ("add", b"-v", b"", b"-v\n"),
+], ids=["remove", "remove-first", "remove-crlf-and-unterminated", "add", "add-after-unterminated", "add-empty"])
+def test_an_edit_in_place_never_names_anyone_new_even_torn(op, user, data, final):
+    """Defect 1 of issue 22: on a file system with no room for a new file,
+    part 39 edits the allow file itself. Whatever moment a reader (sshd's
+    pam_listfile) sees, or where the part is stopped, the file names no one
+    it did not name before or after: no byte moves, the file never gets
+    shorter, a revoked line becomes #s, a grant is a line of #s first."""
+    writes = parts.in_place_writes(op, user, data)
+    states, after = torn_states(data, writes)
+    assert after == final
+    change, lines = parts.allow_change(op, user, parts.allow_lines(data))
+    assert change == ("removed" if op == "remove" else "added")
+    assert names(after) == {parts._name(line) for line in lines} - {b""}
+    allowed = names(data) | names(final)
+    for state in states:
+        assert names(state) <= allowed, state
+    assert all(len(state) >= len(data) for state in states)

@@ -1,0 +1,86 @@
+"""The decision record and the metrics as the runner writes them
+(epilog_node/record.py): built from the decisions, one line of JSON below
+4000 bytes whatever the names and the facts, and the metrics' counters from
+the record. No files but the test's own, no root: the node tier writes them
+at real job ends (tests/node/test_records.py)."""
+import json
+
+import pytest
+
+from tests.unit.conftest import node
+
+record = node("record")
+guard = node("guard")
+evidence = node("evidence")
+
+ACT = guard.Verdict("act", 50101, "not listed in x; acting for uid 50101", "info", "not listed", False)
+NO = evidence.Answer("no", "node-local: no step of another job in /var/spool/slurmd", (), False)
+
+
+def build(user="alice", other=NO, verdict=ACT, parts=(), warnings=0):
+    return record.build("epilog", "n1", "7", user, "50101", "0123456789ab", 1800000000.1234, 42, other, verdict,
+                        warnings, parts)
+
+
+def test_a_record_of_a_job_end_that_acted():
+    rec = build(parts=[record.part_ran("40-lastuserjob-processes", 0, 3.7, {"kill": {"outcome": "done",
+                                                                                       "signalled": 2}})])
+    assert rec == {"v": 1, "stage": "epilog", "node": "n1", "job": 7, "user": "alice", "uid": 50101,
+                   "release": "0123456789ab", "start": 1800000000.123, "ms": 42,
+                   "other": {"answer": "no", "why": NO.why},
+                   "guard": {"answer": "act", "why": ACT.why, "listed": "not listed", "system": False},
+                   "warnings": 0,
+                   "parts": [{"part": "40-lastuserjob-processes", "ran": True, "rc": 0, "ms": 3,
+                              "facts": {"kill": {"outcome": "done", "signalled": 2}}}]}
+    assert record.record_ok(json.loads(record.line(rec)))
+    assert record.outcome(rec) == "acts"
+
+
+def test_a_prolog_and_a_job_end_that_asked_no_guard():
+    prolog = record.build("prolog", "n1", "7", "alice", "50101", "0123456789ab", 1.0, 1, None, None, 0, [])
+    assert prolog["other"] is None and prolog["guard"] is None and record.outcome(prolog) is None
+    unknown = build(other=evidence.Answer("unknown", "squeue failed", (), False), verdict=None)
+    assert unknown["guard"] == {"answer": "not asked", "why": ""} and record.outcome(unknown) == "unknowns"
+
+
+@pytest.mark.parametrize("name", ['x"y', "back\\slash", "new\nline", "-v", "\x1b[2J", "\u00e9\udcff", '"\\' * 1500])
+def test_a_name_is_printable_ascii_cut_at_256_bytes(name):
+    rec = build(user=name)
+    raw = name.encode("utf-8", "surrogateescape")[:256].decode("latin-1")
+    assert rec["user"] == "".join(ch if " " <= ch <= "~" else "?" for ch in raw)
+    text = record.line(rec)
+    assert text.isascii() and "\n" not in text and len(text) < record.RECORD_BYTES
+
+
+def test_a_record_too_long_loses_its_facts_then_its_parts():
+    big = {"sweep": {"removed": ["/tmp/" + "x" * 200] * 10}}
+    rec = build(parts=[record.part_ran(f"{i:02d}-site-part", 0, 1, big) for i in range(10)])
+    bare = json.loads(record.line(rec))
+    assert bare["facts_dropped"] is True and all("facts" not in part for part in bare["parts"])
+    many = build(parts=[record.part_skipped(f"{i:02d}-site-part-with-a-long-name-" + "y" * 100, "z" * 200)
+                        for i in range(40)])
+    none = json.loads(record.line(many))
+    assert none["parts_dropped"] is True and none["parts"] == []
+    assert len(record.line(many)) < record.RECORD_BYTES
+
+
+def test_the_metrics_count_a_record_and_parse_back():
+    rec = build(parts=[record.part_ran("42-lastuserjob-cleanup", 0, 1, {"cleanup": {"removed": 3, "rc": 0}}),
+                       record.part_ran("45-stale-x-display", 0, 1, {"sweep": {"counts": {
+                           "x_socket": {"removed": 1, "kept": 0}, "clsbd": {"removed": 2, "kept": 5}}}})],
+                warnings=2)
+    assert record.removed(rec) == {"user_files": 3, "x_socket": 1, "clsbd": 2}
+    text = record.render_metrics({'epilog_job_ends_total{stage="epilog"}': 4, "epilog_acts_total": 1,
+                                  'epilog_last_chain_seconds{stage="epilog"}': "0.042"})
+    back = record.read_metrics(text.encode())
+    assert back['epilog_job_ends_total{stage="epilog"}'] == 4 and back['epilog_job_ends_total{stage="prolog"}'] == 0
+    assert back['epilog_last_chain_seconds{stage="epilog"}'] == "0.042"
+
+
+@pytest.mark.parametrize("line,kept", [
+    ("epilog_acts_total 12", True), ("epilog_acts_total 012", True), ("epilog_acts_total -1", False),
+    ("epilog_acts_total 1e3", False), ("epilog_acts_total 1234567890123456", False), ("# HELP x y", False),
+    ('epilog_last_chain_seconds{stage="epilog"} 1.5', False), ('epilog_last_chain_seconds{stage="epilog"} 1.500', True),
+])
+def test_the_metrics_read_back_only_what_they_wrote(line, kept):
+    assert bool(record.read_metrics(line.encode())) == kept

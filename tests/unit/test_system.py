@@ -1,0 +1,93 @@
+"""The tools the node program keeps to itself so that a job end imports
+little (system.py): JSON through json's C layer, fields() for namedtuple,
+guard.name_chars for a regex; each held to what it stands in for. And the
+job end's imports themselves, on the system python3 a node runs."""
+import json
+import math
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from tests.helpers import REPO
+from tests.unit.conftest import MODULES, node
+
+system = node("system")
+guard = node("guard")
+
+VALUES = [
+    {"v": 1, "stage": "epilog", "parts": [{"part": "39-lastuserjob-ssh", "ran": True, "rc": 0, "ms": 2,
+                                            "facts": {"allow": {"op": "remove", "change": "removed"}}}]},
+    ["log", "warning", "a name with \n a newline, a \x00, \u00e9, \U0001f600 and \\ \" quotes"],
+    {"z": 1, "a": [None, True, False, -0.0, 1e300, 2**70, -5]},
+    {"settings": {"localusers": ["root", "-v"], "chain_timeout": 110}, "rules": {"seconds": {"min": 1}}},
+    [], {}, "", 0, 3.25,
+]
+
+
+@pytest.mark.parametrize("value", VALUES, ids=range(len(VALUES)))
+def test_json_through_the_c_layer_is_what_json_writes_and_reads(value):
+    for sort_keys in (False, True):
+        text = system.dumps(value, sort_keys=sort_keys)
+        assert text == json.dumps(value, separators=(",", ":"), sort_keys=sort_keys)
+        assert text.isascii()
+    pretty = json.dumps(value, indent=2)
+    assert system.loads(" \n" + pretty + "\r\n\t") == json.loads(pretty)
+
+
+def test_json_constants_read_as_json_reads_them():
+    read = system.loads('[NaN, Infinity, -Infinity, 1.5e3, 12345678901234567890]')
+    assert math.isnan(read[0]) and read[1:3] == [math.inf, -math.inf] and read[3:] == [1500.0, 12345678901234567890]
+    assert system.dumps([math.inf]) == json.dumps([math.inf])
+
+
+@pytest.mark.parametrize("text", ["", "   ", "{", "{}x", "[1,]", '"open', "nul", "{'a': 1}", "[1] [2]", "\x00"])
+def test_text_that_is_not_one_json_value_is_a_value_error(text):
+    with pytest.raises(ValueError):
+        json.loads(text)
+    with pytest.raises(ValueError):
+        system.loads(text)
+
+
+def test_what_json_cannot_write_is_a_type_error():
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        system.dumps({"a": object()})
+
+
+def test_fields_behave_as_a_namedtuple():
+    Point = system.fields("Point", "x y z")
+    p = Point(1, z=3, y=2)
+    assert (p.x, p.y, p.z) == (1, 2, 3) and p == (1, 2, 3) and list(p) == [1, 2, 3]
+    assert repr(p) == "Point(x=1, y=2, z=3)" and Point._fields == ("x", "y", "z")
+    with pytest.raises(AttributeError):
+        p.x = 5
+    for bad in [(1, 2), (1, 2, 3, 4)]:
+        with pytest.raises(TypeError):
+            Point(*bad)
+    with pytest.raises(TypeError):
+        Point(1, 2, w=3)
+
+
+def test_the_name_check_takes_exactly_what_the_rules_regex_takes():
+    chars = yaml.safe_load((REPO / "salt/epilog/rules.yaml").read_text())["account_chars"]
+    allowed = guard.name_chars(chars)
+    pattern = re.compile(f"[{chars}]+\\Z")
+    for code in [*range(0x300), 0x2028, 0x2212, 0xFF0D, 0x1D7CE]:
+        char = chr(code)
+        assert (char in allowed) == bool(pattern.match(char)), repr(char)
+    assert guard.name_chars("a-c-") == frozenset("abc-")
+
+
+def test_a_job_end_imports_none_of_the_heavy_modules():
+    """What the entry points import, on the system python3 a node runs
+    (python -ISB, as they are started): none of the modules that would cost
+    every job end milliseconds, and the package whole."""
+    probe = (f"import sys; sys.path.insert(0, {MODULES!r}); from epilog_node import runner; "
+             "print(' '.join(sorted(sys.modules)))")
+    loaded = set(subprocess.run(["/usr/bin/python3", "-ISB", "-c", probe], capture_output=True, text=True,
+                                check=True).stdout.split())
+    heavy = {"re", "enum", "collections", "signal", "socket", "datetime", "json", "functools", "subprocess",
+             "argparse"}
+    assert loaded & heavy == set()
+    assert {"epilog_node.guard", "epilog_node.evidence", "epilog_node.parts", "epilog_node.record"} <= loaded
