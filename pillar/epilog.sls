@@ -9,6 +9,9 @@ epilog:
     - je.kim
     - s.shin
   ssh_allow_file: /etc/localusers
+  # listfile: the chain's allow lines govern ssh; adopt: pam_slurm_adopt does
+  # (the chain never edits ssh_allow_file); none: neither.
+  ssh_access: listfile
   # A directory only root can write (Debian's /var/log/slurm belongs to slurm).
   log_file: /var/log/slurm-epilog/epilog.log
   record_file: /var/log/slurm-epilog/records.jsonl

@@ -30,10 +30,12 @@ PACKAGE = "epilog_node"
 
 def _load_package(directory, name):
     """The package in DIRECTORY (its __init__.py and, on import, its other
-    files), loaded under NAME. Never writes bytecode: a release's files are
-    what its manifest says, and nothing else."""
-    if name in sys.modules:
-        return sys.modules[name]
+    files), loaded under NAME, afresh each time this module is loaded: a
+    minion that reloads its modules after a sync runs the new node program,
+    not the one it first imported. Never writes bytecode: a release's files
+    are what its manifest says, and nothing else."""
+    for key in [key for key in sys.modules if key == name or key.startswith(name + ".")]:
+        del sys.modules[key]
     spec = importlib.util.spec_from_file_location(name, os.path.join(directory, "__init__.py"),
                                                   submodule_search_locations=[directory])
     module = importlib.util.module_from_spec(spec)
@@ -43,6 +45,9 @@ def _load_package(directory, name):
         spec.loader.exec_module(module)
         for sub in ("system", "log", "guard", "evidence", "record", "sweep", "parts", "runner"):
             setattr(module, sub, importlib.import_module(f"{name}.{sub}"))
+        # what verify alone asks (a release made before it has none)
+        if os.path.isfile(os.path.join(directory, "pam.py")):
+            module.pam = importlib.import_module(f"{name}.pam")
     except BaseException:
         for key in [key for key in sys.modules if key == name or key.startswith(name + ".")]:
             del sys.modules[key]
@@ -250,7 +255,7 @@ def _managed(preview, chain):
 _CONF_PAIR = re.compile(r'\s*([A-Za-z][A-Za-z0-9_]*)\s*=\s*(?:"([^"]*)"|(\S*))')
 _CONF_INCLUDE = re.compile(r"\s*include\s+(\S.*?)\s*\Z", re.I)
 CONF_KEYS = ("epilog", "prolog", "prologflags", "slurmdspooldir", "epilogtimeout", "prologtimeout",
-             "prologepilogtimeout")
+             "prologepilogtimeout", "proctracktype")
 
 
 CONF_FILES_MAX = 64
@@ -261,6 +266,30 @@ def _plain_text(text):
     slurm.conf says reaches a state's name and YAML, which refuses control
     characters."""
     return text if text.isprintable() else repr(text)
+
+
+# PrologFlags as Slurm reads them (read_config.c): a flag sets the ones it
+# needs. Contain (pam_slurm_adopt's usual setting) runs the prolog at
+# allocation; X11 and RunInJob need the extern step Contain makes.
+PROLOG_FLAGS_SET = {
+    "contain": ("alloc",),
+    "x11": ("alloc", "contain"),
+    "runinjob": ("alloc", "contain"),
+    "deferbatch": ("alloc",),
+    "forcerequeueonfail": ("alloc",),
+}
+
+
+def prolog_flags(value):
+    """The flags (lower case) Slurm sets for PrologFlags=VALUE, each flag
+    with the ones it sets."""
+    flags = set()
+    for raw in str(value).split(","):
+        token = raw.strip().lower()
+        if token:
+            flags.add(token)
+            flags.update(PROLOG_FLAGS_SET.get(token, ()))
+    return flags
 
 
 def parse_slurm_conf(path, _depth=0, _budget=None):
@@ -758,18 +787,43 @@ def verify(expect=None):
         prolog_sh = os.path.join(chain.confdir, chain.runners["prolog"])
         if os.path.normpath(found.get("prolog", "")) != os.path.normpath(prolog_sh):
             problems.append(f"{conf} has Prolog={found.get('prolog', '')}, not the laid-down {prolog_sh}")
-        flags = {flag.lower() for flag in found.get("prologflags", "").split(",")}
-        if not {"alloc", "contain"} <= flags:
-            problems.append(f"{conf} has PrologFlags={found.get('prologflags', '')}: want Alloc,Contain (the prolog "
-                            "opens ssh at allocation; every allocation needs a step for the last-job check)")
+        if not {"alloc", "contain"} <= prolog_flags(found.get("prologflags", "")):
+            problems.append(f"{conf} has PrologFlags={found.get('prologflags', '')}: want Alloc,Contain, or a flag "
+                            "that sets both (Contain, X11, RunInJob): the prolog opens ssh at allocation; every "
+                            "allocation needs a step for the last-job check")
         spool = found.get("slurmdspooldir", "/var/spool/slurmd")
         if os.path.normpath(spool) != os.path.normpath(settings["slurmd_spool_dir"]):
             problems.append(f"{conf} has SlurmdSpoolDir={spool}, but epilog:slurmd_spool_dir is "
                             f"{settings['slurmd_spool_dir']}")
+        proctrack = found.get("proctracktype", "proctrack/cgroup")
+        if proctrack.lower() != "proctrack/cgroup":
+            notes.append(f"{conf} has ProctrackType={proctrack}: a daemon a job starts (setsid, double fork) "
+                         "escapes Slurm's tracking and outlives the job; part 40 kills it only after the user's "
+                         "last job here. proctrack/cgroup keeps every process of a job in its cgroup")
+    problems_pam, notes_pam = _ssh_access(settings)
+    problems.extend(problems_pam)
+    notes.extend(notes_pam)
 
     return {"result": not problems, "problems": problems, "notes": notes,
             "checked": sorted([item["path"] for item in files] + dirs), "release": release, "manifest": manifest,
             "content": content}
+
+
+def _ssh_access(settings):
+    """(problems, notes) of sshd's PAM stack under epilog:ssh_access (see
+    epilog_node/pam.py)."""
+    access = settings.get("ssh_access", "listfile")
+    if access == "none":
+        return [], []
+    pam = _node.pam
+    service = os.path.join(pam.PAM_DIR, "sshd")
+    if not os.path.exists(service):
+        if access == "adopt":
+            return [f"epilog:ssh_access is adopt, but {service} is missing: pam_slurm_adopt governs no ssh login"], []
+        return [], []
+    lines, problems = pam.account_stack("sshd")
+    judged, notes = pam.judge(lines, access, settings["ssh_allow_file"], settings["localusers"])
+    return problems + judged, notes
 
 
 def _readlink(path):
@@ -919,8 +973,7 @@ PYTHON = "/usr/bin/python3"
 
 def _release_program(chain, current):
     """The node program of release CURRENT, loaded from the release itself
-    (what its job ends run), under a name of its own: a release never
-    changes once made, so one load per release serves every question."""
+    (what its job ends run), under a name of its own."""
     directory = os.path.join(chain.releases, current, PACKAGE)
     if not os.path.isdir(directory):
         raise CommandExecutionError(f"the current release {current} predates the node program (epilog_node/): "

@@ -124,57 +124,69 @@ def test_part_40_sends_nothing_unless_it_really_runs_as_the_user(chain, uid):
         end(proc)
 
 
-@pytest.mark.parametrize("creds", [["--reuid=4294967294"], ["--ruid=4294967294"]],
-                         ids=["runs-as-x", "real-uid-x-effective-root"])
-def test_part_40_sends_nothing_while_a_process_holds_uid_x(chain, alice_cleanup, creds):
+X = 4294967294  # the first kill slot's uid X; slot i's is X - i
+
+
+@pytest.mark.parametrize("creds", [["--reuid"], ["--ruid"]], ids=["runs-as-x", "real-uid-x-effective-root"])
+def test_part_40_never_signals_through_a_uid_x_some_process_holds(chain, alice_cleanup, creds):
     """Promise 1: kill(-1) from the sender reaches every process whose real
-    or saved uid is X as well as the user's: while any process holds X
-    (whatever its effective uid, which names /proc/PID), part 40 refuses,
-    and neither that process nor the user's is signalled."""
-    holder = subprocess.Popen(["setpriv", *creds, "sleep", "600"], start_new_session=True)
+    or saved uid is its X as well as the user's. While a process holds a
+    slot's X (whatever its effective uid, which names /proc/PID), part 40
+    passes that slot over; while every slot's X is held, it sends nothing:
+    neither those processes nor the user's are signalled."""
+    holders = [subprocess.Popen(["setpriv", f"{creds[0]}={X - i}", "sleep", "600"], start_new_session=True)
+               for i in range(16)]
     victim = stray(ALICE)
     try:
-        wait_for(lambda: (process_uids(holder.pid) or [None])[0] == 4294967294, 10, what="a process of real uid X")
+        for i, holder in enumerate(holders):
+            wait_for(lambda h=holder, x=X - i: (process_uids(h.pid) or [None])[0] == x, 10,
+                     what="a process of real uid X")
         mark = len(chain.log_text())
         run_epilog(chain)
         log = chain.log_text()[mark:]
-        assert "did not kill the processes of uid 50101: a process of uid 4294967294 runs" in log, log
-        assert process_uids(victim.pid) is not None and process_uids(holder.pid) is not None
+        assert "did not kill the processes of uid 50101: a process of uid" in log, log
+        assert process_uids(victim.pid) is not None and all(process_uids(h.pid) is not None for h in holders)
+        end(holders[5])
+        run_epilog(chain)
+        assert process_uids(victim.pid) is None, chain.log_text()[mark:]
+        assert all(process_uids(h.pid) is not None for i, h in enumerate(holders) if i != 5)
     finally:
-        end(holder)
+        for holder in holders:
+            end(holder)
         end(victim)
 
 
-def test_two_part_40s_never_hold_uid_x_at_once(chain, alice_cleanup):
+def test_two_part_40s_at_once_each_signal_through_an_x_of_their_own(chain, alice_cleanup):
     """Promise 1, two users' job ends at once: each part 40 holds real uid X
-    while it signals, and each would reach the other through it. One holds
-    it at a time (run_dir/kill.lock): a part 40 whose lock another holds
-    waits for it, and then kills all of its user's."""
+    while it signals, and through one X each would reach the other. Another
+    job end's part 40 (here: flock holding the first slot, its child holding
+    that slot's X) is mid-kill: this one takes the next slot, never waits
+    for the other, kills all of its user's, and never reaches the other."""
     chain.view(chain.run_dir).mkdir(mode=0o700, exist_ok=True)
     lock_path = chain.view(chain.run_dir / "kill.lock")
     lock_path.touch(mode=0o600)
-    # another job end's part 40 (here: this test) holds the lock
-    holder = subprocess.Popen(["flock", "-o", str(lock_path), "sleep", "600"], start_new_session=True)
+    holder = subprocess.Popen(["flock", "-o", str(lock_path), "setpriv", f"--reuid={X}", "sleep", "600"],
+                              start_new_session=True)
     victim = stray(ALICE)
-    job = None
     try:
-        wait_for(lambda: subprocess.run(["flock", "-n", str(lock_path), "true"]).returncode != 0, 10,
-                 what="the lock to be held")
-        job = subprocess.Popen([*chain.prefix, str(chain.conf_dir / "epilog.sh")],
-                               env=slurmd_env(ALICE, SLURM_CONF="/nonexistent/slurm.conf"),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-        wait_for(lambda: workers_with(lock_path), 20, what="part 40 to wait for kill.lock")
-        assert process_uids(victim.pid) is not None, "part 40 signalled while another held uid X"
-        end(holder)
-        assert job.wait(timeout=60) == 0
-        assert process_uids(victim.pid) is None
-        assert "killing without it" not in chain.log_text()
+        wait_for(lambda: [p for p in holder_children(holder.pid) if (process_uids(p) or [None])[0] == X], 10,
+                 what="the other part 40 to hold the first slot and its X")
+        run_epilog(chain)
+        assert process_uids(victim.pid) is None, chain.log_text()
+        assert holder.poll() is None and [p for p in holder_children(holder.pid) if process_uids(p)], \
+            "the kill reached the other part 40's process"
     finally:
-        end(holder)
-        if job is not None:
-            job.wait(timeout=60)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(holder.pid, signal.SIGKILL)  # flock and its child, which holds X
+        holder.wait(timeout=10)
         end(victim)
+
+
+def holder_children(pid):
+    try:
+        return [int(kid) for kid in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
 
 
 def test_a_worker_killed_before_its_part_is_replaced_and_the_part_runs(own_chain, alice_cleanup):
@@ -334,7 +346,7 @@ def test_a_user_cannot_forge_a_mark(chain, alice_cleanup):
         mark = len(chain.log_text())
         run_epilog(chain, SLURM_JOB_ID=7)
         assert "job 99" not in chain.log_text()[mark:]
-        assert process_uids(victim.pid) is None
+        assert process_uids(victim.pid) is None, chain.log_text()[mark:]
     finally:
         forged.unlink(missing_ok=True)
         os.chmod(run_dir, 0o700)

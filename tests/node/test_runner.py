@@ -260,3 +260,32 @@ def test_a_release_runs_no_shell_and_no_perl(chain):
         if head.startswith((b"#!/bin/bash", b"#!/bin/sh")):
             shell_lines += len(text.splitlines())
     assert shell_lines <= 200
+
+
+@pytest.mark.parametrize("access", ["adopt", "none"])
+def test_when_the_allow_file_does_not_govern_ssh_the_chain_never_edits_it(own_chain, access):
+    """epilog:ssh_access adopt (pam_slurm_adopt governs ssh) or none: prolog
+    50 and epilog 39 do not run, run by the runner or on their own; the
+    other lastuserjob parts still act."""
+    c = own_chain(ssh_access=access)
+    c.allow_file.write_text("bob\nalice\n")
+    before = os.stat(c.allow_file)
+    run_prolog(c, "s.shin")
+    proc = stray("alice")
+    try:
+        ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("alice", SLURM_CONF="/nonexistent/slurm.conf"))
+        assert ret.returncode == 0, ret
+        assert killed(proc), "40 must still kill the user's strays"
+    finally:
+        end(proc)
+    assert c.run_part("39-lastuserjob-ssh", slurmd_env("alice")).returncode == 0
+    after = os.stat(c.allow_file)
+    assert c.allow_file.read_text() == "bob\nalice\n"
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    log = c.log_text()
+    for part in ("50-exclusive-ssh", "39-lastuserjob-ssh"):
+        assert f"skipping {part}: epilog:ssh_access is {access}" in log, log
+    assert f"not run: epilog:ssh_access is {access}" in log, log
+    last = c.records()[-1]
+    assert {p["part"]: (p["ran"], p.get("why")) for p in last["parts"]}["39-lastuserjob-ssh"] == \
+        (False, "epilog:ssh_access"), last

@@ -91,7 +91,7 @@ def test_verify_checks_localusers_tools_and_slurm_conf(node):
     assert f"SlurmdSpoolDir=/var/spool/slurmd, but epilog:slurmd_spool_dir is {node.base}/spool" in problems
     (node.conf_dir / "slurm.conf").write_text(
         f"ClusterName=x\nEpilog={node.conf_dir}/epilog.sh  # the runner\nProlog={node.conf_dir}/prolog.sh\n"
-        f"PrologFlags=Alloc,Contain SlurmdSpoolDir={node.base}/spool\n")
+        f"PrologFlags=Contain SlurmdSpoolDir={node.base}/spool\n")  # Contain sets Alloc (as X11 does both)
     report = node.run("verify")
     assert report["result"] is True, report["problems"]
 
@@ -162,6 +162,31 @@ def test_verify_names_a_missing_python(node):
     ret = node.call("epilog.verify", prefix=ns)
     assert ret.returncode == 1, ret
     assert "/usr/bin/python3 is not installed: every entry point of the chain runs it" in "\n".join(ret.data["problems"])
+
+
+def test_verify_reads_the_sshd_pam_stack_under_each_ssh_access(node):
+    """The node's own /etc/pam.d/sshd, replaced for real in a private mount
+    namespace (a tmpfs over /etc/pam.d), where salt-call runs: under
+    listfile, the allow file as a sufficient line before pam_slurm_adopt is a
+    problem; under adopt, a stack without pam_slurm_adopt is one (the
+    decisions' every case: tests/unit/test_pam_stack.py)."""
+    node.apply()
+    allow = node.pillar["epilog"]["ssh_allow_file"]
+
+    def verify(sshd):
+        ns = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+              'mount -t tmpfs epilog-pam /etc/pam.d && printf "%s" "$1" > /etc/pam.d/sshd && shift && exec "$@"',
+              "sh", sshd]
+        ret = node.call("epilog.verify", prefix=ns)
+        assert isinstance(ret.data, dict), ret
+        return "\n".join(ret.data["problems"])
+
+    line = f"account sufficient pam_listfile item=user sense=allow onerr=fail file={allow}"
+    skips = verify(line.replace("pam_listfile", "pam_listfile.so") + "\naccount required pam_slurm_adopt.so\n")
+    assert f"/etc/pam.d/sshd:1: {line}" in skips and "skips adoption" in skips, skips
+    node.set_pillar(ssh_access="adopt")
+    unguarded = verify("account required pam_unix.so\n")
+    assert "epilog:ssh_access is adopt, but sshd's PAM stack has no pam_slurm_adopt" in unguarded, unguarded
 
 
 def test_the_module_answers_right_after_the_first_apply(salt_factories, accounts, tmp_path):

@@ -55,3 +55,26 @@ def test_parser_names_an_include_it_cannot_read(tmp_path):
     (tmp_path / "slurm.conf").write_text("Include missing.conf\nInclude none-*.conf\n")
     _, _, problems = epilog.parse_slurm_conf(str(tmp_path / "slurm.conf"))
     assert len(problems) == 2 and all("names no file" in p or "cannot be read" in p for p in problems), problems
+
+
+# PrologFlags= as Slurm reads it: (value, whether the chain has what it needs,
+# Alloc and Contain)
+PROLOG_FLAGS = [
+    ("Alloc,Contain", True),
+    ("Contain", True),                   # Contain sets Alloc
+    ("X11", True),                       # X11 sets Alloc and Contain
+    ("RunInJob", True),                  # and so does RunInJob
+    ("contain,serial", True),            # any case, with others
+    (" Alloc , Contain ", True),
+    ("x11,NoHold", True),
+    ("Alloc", False),
+    ("DeferBatch", False),               # sets Alloc only
+    ("ForceRequeueOnFail,Serial", False),
+    ("", False),
+    ("Containment", False),              # a flag Slurm does not know sets nothing
+]
+
+
+@pytest.mark.parametrize("value,enough", PROLOG_FLAGS, ids=[v or "empty" for v, _ in PROLOG_FLAGS])
+def test_prolog_flags_are_read_with_the_flags_each_sets(value, enough):
+    assert ({"alloc", "contain"} <= epilog.prolog_flags(value)) is enough

@@ -118,12 +118,21 @@ def allow_change_here(ctx, op, user):
     if not ctx.trust.root_only(directory):
         ctx.log("warning", "%s is not a directory only root can write; %s left alone" % (directory, path))
         return "left alone"
+    lock_fd = None
     try:
-        lock_st = os.lstat(lock)
+        lock_fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        lock_st = os.fstat(lock_fd)
         if not stat.S_ISREG(lock_st.st_mode) or lock_st.st_uid != 0:
             raise OSError(errno.EPERM, "not root's regular file")
-        lock_fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        if lock_st.st_mode & 0o077:
+            # another account could open it, and hold it for ever: root's
+            # alone again (a descriptor opened meanwhile stays; verify
+            # names the mode the state lays down)
+            os.fchmod(lock_fd, 0o600)
+            ctx.log("warning", "%s was mode %04o; made 0600" % (lock, stat.S_IMODE(lock_st.st_mode)))
     except OSError:
+        if lock_fd is not None:
+            os.close(lock_fd)
         ctx.log("warning", "cannot lock %s to edit %s; left alone" % (lock, path))
         return "left alone"
     try:
@@ -196,8 +205,12 @@ Killed = system.fields("Killed", "outcome rounds signalled left why")
 # A login at its password prompt keeps the rounds going for the first
 # PATIENCE rounds only.
 ROUNDS, SECONDS, PATIENCE = 50, 5, 30
-# in run_dir: one part 40 of the node at a time holds uid X
+# in run_dir: the kill slots, kill.lock.<i>, each root's alone. A part 40
+# holds one while its process holds that slot's uid X (4294967294 - i, never
+# the user's own): part 40s of several users' job ends at once each hold an X
+# of their own, so none reaches another, and none waits for another.
 KILL_LOCK = "kill.lock"
+KILL_SLOTS = 16
 
 
 def some(found):
@@ -265,7 +278,10 @@ def _scan(uid, user, x):
         except OSError:
             continue
         if owner == x:
-            xs = True
+            # a zombie of X holds nothing (a PID 1 that never reaps keeps one)
+            if system.alive(system.status(pid)):
+                xs = True
+            continue
         if owner != uid:
             if owner != 0:
                 continue
@@ -281,7 +297,7 @@ def _scan(uid, user, x):
     return xs, found
 
 
-def kill_uid(uid, user, until=None):
+def kill_uid(uid, user, until=None, x=None):
     """Kill every process of UID, from this very process, which must be one
     of its own (its uids change; the runner ends the worker that ran it, so
     nothing the user could do to it while it acted as UID, a renice or a CPU
@@ -295,8 +311,8 @@ def kill_uid(uid, user, until=None):
     * kill(-1) from it reaches exactly the processes whose real or saved uid
       is UID or X, never anyone else's. No process may hold X as its real
       or saved uid (checked first), and of the part 40s of the node (two
-      users' job ends at once) only one at a time holds it (kill()'s lock):
-      each would reach the other. The kernel delivers it to every such
+      users' job ends at once) each holds an X of its own (kill()'s slot):
+      one X would let each reach the other. The kernel delivers it to every such
       process at once, so a fork loop cannot outrun it;
     * each round stops them all (SIGSTOP) and kills them all (SIGKILL), then,
       as root again, waits a little for those it saw to die and scans /proc
@@ -313,7 +329,10 @@ def kill_uid(uid, user, until=None):
     a Killed; the process is root again when it returns."""
     if not isinstance(uid, int) or not 1 <= uid <= system.UID_MAX_REAL:
         return Killed("failed", 0, [], [], "uid %r is not one from 1 to 4294967294" % (uid,))
-    x = 4294967293 if uid == 4294967294 else 4294967294
+    if x is None:
+        x = 4294967293 if uid == 4294967294 else 4294967294
+    if x == uid or not system.UID_MAX_REAL - KILL_SLOTS < x <= system.UID_MAX_REAL:
+        return Killed("failed", 0, [], [], "uid X %r is not a kill slot's, or is the user's" % (x,))
     groups = os.getgroups()
     xs, seen = _scan(uid, user, x)
     if xs:
@@ -368,40 +387,70 @@ def kill_uid(uid, user, until=None):
             pass
 
 
-def kill_lock(ctx):
-    """The node's lock for the kill (run_dir/kill.lock, in a directory only
-    root can write, root's alone): held while kill_uid holds uid X. An open
-    fd once it is held; None when there is no such lock to be had (a part
-    run on its own before any chain made run_dir), or (held elsewhere) within
-    SECONDS + 1 and the part's deadline: the kill goes on all the same."""
+def kill_slots(ctx, uid):
+    """The kill slots free now, each (descriptor held, its uid X), taken
+    one at a time as the caller asks (a generator: the caller closes each
+    descriptor). A slot whose lock another part 40 holds is passed over;
+    when all are held, it waits for one, polling, within SECONDS and the
+    part's deadline. run_dir is made, root's alone, when missing (a part
+    run on its own before any chain); when it is not a directory only root
+    can write (anybody could hold its locks), the one slot is the first X,
+    without a lock (None), as a lone part 40 would have it."""
     run_dir = ctx.settings["run_dir"]
+    if not os.path.lexists(run_dir):
+        try:
+            os.mkdir(run_dir, 0o700)
+        except OSError:
+            pass
     if not ctx.trust.root_only(run_dir):
-        return None
-    try:
-        fd = os.open(os.path.join(run_dir, KILL_LOCK), os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                     | os.O_NOCTTY | os.O_CLOEXEC, 0o600)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o077 \
-                and system.wait_lock(fd, max(0, min(SECONDS + 1, ctx.deadline - time.monotonic() - SECONDS - 1))):
-            return fd
-    except OSError:
-        pass
-    os.close(fd)
-    ctx.log("warning", "%s/%s not to be had; killing without it" % (run_dir, KILL_LOCK))
-    return None
+        ctx.log("warning", "%s is not a directory only root can write: killing without a kill slot" % run_dir)
+        yield None, system.UID_MAX_REAL - (1 if uid == system.UID_MAX_REAL else 0)
+        return
+    until = min(time.monotonic() + SECONDS, ctx.deadline - SECONDS - 1)
+    slots = [i for i in range(KILL_SLOTS) if system.UID_MAX_REAL - i != uid]
+    tried, pause = set(), 0.001
+    while True:
+        for i in slots:
+            x = system.UID_MAX_REAL - i
+            if i in tried:
+                continue
+            name = KILL_LOCK if i == 0 else "%s.%d" % (KILL_LOCK, i)
+            try:
+                fd = os.open(os.path.join(run_dir, name), os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                             | os.O_NOCTTY | os.O_CLOEXEC, 0o600)
+            except OSError:
+                continue
+            try:
+                st = os.fstat(fd)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o077 \
+                        and system.wait_lock(fd, 0):
+                    tried.add(i)
+                    yield fd, x
+                    continue
+            except OSError:
+                pass
+            os.close(fd)
+        if len(tried) == len(slots) or time.monotonic() + pause > until:
+            return
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def kill(ctx):
+    """40: every process of the user, killed from a kill slot of its own.
+    A slot whose X some process holds (a part 40 stuck past its end) is
+    passed over for the next; with no slot to be had, nothing is sent."""
     uid = ctx.act_uid
-    lock = kill_lock(ctx)
-    try:
-        result = kill_uid(uid, ctx.user, until=ctx.deadline - 0.5)
-    finally:
-        if lock is not None:
-            os.close(lock)
+    result = Killed("refused", 0, [], [], "no kill slot was free (%s/%s*: each held by another part 40)"
+                    % (ctx.settings["run_dir"], KILL_LOCK))
+    for fd, x in kill_slots(ctx, uid):
+        try:
+            result = kill_uid(uid, ctx.user, until=ctx.deadline - 0.5, x=x)
+        finally:
+            if fd is not None:
+                os.close(fd)
+        if result.outcome != "refused":
+            break
     ctx.fact("kill", {"outcome": result.outcome, "signalled": len(result.signalled)})
     signalled = some(result.signalled)
     if result.outcome == "done":
@@ -580,6 +629,20 @@ def sweep(ctx):
 # kill acts as the user for a moment, who could renice it or pin it to a CPU
 # meanwhile, and nothing of that may last into the next part
 ENDS_WORKER = ("40-lastuserjob-processes",)
+
+# the parts that edit the ssh allow file: run only when it governs ssh
+# (epilog:ssh_access listfile)
+ALLOW_FILE_PARTS = ("39-lastuserjob-ssh", "50-exclusive-ssh")
+
+
+def not_run(name, settings):
+    """Why the formula's part NAME does not run under SETTINGS, or None."""
+    access = settings.get("ssh_access", "listfile")
+    if name in ALLOW_FILE_PARTS and access != "listfile":
+        return ("epilog:ssh_access is %s: the chain never edits the ssh allow file"
+                % ("adopt (pam_slurm_adopt governs ssh)" if access == "adopt" else access))
+    return None
+
 
 ACTIONS = {
     "39-lastuserjob-ssh": revoke_ssh,

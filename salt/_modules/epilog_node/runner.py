@@ -482,8 +482,13 @@ class Run:
             self._end_worker()
 
     def reap_workers(self):
+        """The workers that were told to end (their pipes closed), reaped:
+        all together get 1 s to exit, then SIGKILL and at most 1 s more."""
+        until = time.monotonic() + 1
         for pid in self._ending:
-            self._wait(pid, 2)
+            if self._reap(pid, max(0.0, until - time.monotonic())) is None:
+                self._signal_group(pid, signal.SIGKILL)
+                self._reap(pid, max(0.0, until + 1 - time.monotonic()))
         self._ending = []
 
     def start_worker(self, close=()):
@@ -594,17 +599,24 @@ class Run:
             pass
 
     @staticmethod
-    def _reap(pid):
+    def _reap(pid, seconds=1.0):
+        """PID's exit status once it has gone, waited for at most SECONDS
+        (it was sent SIGKILL): a process that SIGKILL cannot end (one in an
+        uninterruptible wait, on a FUSE daemon that never answers or a hung
+        NFS or Lustre server) is left behind, None, never waited on past
+        the chain's deadline; the runner's os._exit leaves it to init."""
+        until, pause = time.monotonic() + seconds, 0.0005
         while True:
             try:
-                _, status = os.waitpid(pid, 0)
+                done, status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 return 0
-            except InterruptedError:
-                continue
-            if os.WIFEXITED(status):
-                return os.WEXITSTATUS(status)
-            return 128 + os.WTERMSIG(status)
+            if done:
+                return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+            if time.monotonic() >= until:
+                return None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def run_site(self, path, seconds):
         """Exec the site's part PATH in a process group of its own, with
@@ -694,14 +706,20 @@ class Run:
             self.mark_start()
             lock, locked_at = None, None
         found = self.parts()
-        own_after = sum(1 for _, _, own, why in found if own)
-        lastuserjob = sum(1 for name, _, _, why in found if "-lastuserjob-" in name and why is None)
+        # the formula's parts these settings leave out (epilog:ssh_access)
+        off = {name: parts.not_run(name, self.settings) for name, _, own, _ in found if own}
+        own_after = sum(1 for name, _, own, why in found if own and not off[name])
+        lastuserjob = sum(1 for name, _, _, why in found if "-lastuserjob-" in name and why is None
+                          and not off.get(name))
         entries = []
         for name, path, own, why in found:
             # The user's lock goes once the last lastuserjob part is done.
             if lastuserjob == 0 and lock is not None:
                 os.close(lock)
                 lock = None
+            if off.get(name):
+                entries.append(self.skip(name, "info", off[name], "epilog:ssh_access"))
+                continue
             if "-lastuserjob-" in name and why is None:
                 lastuserjob -= 1
             if own:
@@ -820,9 +838,19 @@ def main(stage, argv0):
                 "warning", "cannot start: %s: %s" % (type(exc).__name__, exc))
     finally:
         if run is not None:
-            run.log.close()
-            run.reap_workers()
+            _quietly(run.log.close, run.reap_workers)
     return 0
+
+
+def _quietly(*calls):
+    """Each of CALLS, whatever it raises: the end of a chain or a part (the
+    log's close reports a deferred write error of its file system, EIO or
+    ENOSPC) never makes the exit status non-zero, which drains the node."""
+    for call in calls:
+        try:
+            call()
+        except BaseException:  # noqa: BLE001 - nothing here may fail the job end
+            pass
 
 
 def part(argv0):
@@ -836,6 +864,10 @@ def part(argv0):
         name, stage_dir = os.path.basename(path), os.path.dirname(path)
         stage = os.path.basename(stage_dir)[:-len(".d")]
         run = Run(os.path.dirname(stage_dir), stage, dict(os.environ), source=name)
+        off = parts.not_run(name, run.settings)
+        if off:
+            run.log.info("not run: %s" % off)
+            return 0
         run.identity = guard.identity(run.user, run.env.get("SLURM_JOB_UID"), guard.resolve, run.account_chars)
         act_uid = None
         if "-lastuserjob-" in name:
@@ -852,7 +884,7 @@ def part(argv0):
             run.log.warning("failed: %s: %s" % (type(exc).__name__, exc))
     finally:
         if run is not None:
-            run.log.close()
+            _quietly(run.log.close)
     return 0
 
 

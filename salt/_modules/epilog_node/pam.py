@@ -1,0 +1,197 @@
+"""The sshd PAM stack, read as libpam reads it, and what it means for who
+governs ssh logins (epilog:ssh_access). epilog.verify asks; no job end
+imports this.
+
+The account lines of a service, with what it includes (Debian's
+"@include name", "account include name", "account substack name"),
+in the order libpam runs them; then the verdicts:
+
+- under listfile, the chain's allow file as a sufficient line before
+  pam_slurm_adopt lets every job user skip adoption: their sessions run
+  outside the job's cgroup, limits and accounting;
+- under adopt, a stack without pam_slurm_adopt leaves ssh to nothing;
+- under adopt, a listed operator that no sufficient line admits before
+  pam_slurm_adopt is adopted into their job, and killed with it;
+- pam_slurm_adopt's failure actions at their testing defaults let a login
+  it could not adopt in (action_adopt_failure=allow), or one it failed on
+  (action_generic_failure=ignore)."""
+import os
+import stat
+
+PAM_DIR = "/etc/pam.d"
+MAX_FILES = 32
+MAX_BYTES = 1 << 20
+ADOPT = "pam_slurm_adopt"
+LISTFILE = "pam_listfile"
+
+
+class Line:
+    """One account line: where it is, its control (a word, or the bracket's
+    text), its module's name (no directory, no .so) and its arguments."""
+
+    def __init__(self, where, control, module, args):
+        self.where, self.control, self.module, self.args = where, control, module, args
+
+    def arg(self, key, default=None):
+        for item in self.args:
+            name, eq, value = item.partition("=")
+            if eq and name == key:
+                return value
+        return default
+
+    @property
+    def ends_on_success(self):
+        """A success of this line admits the login at once: sufficient, or
+        a bracket whose success is done."""
+        control = self.control.replace(" ", "")
+        return control == "sufficient" or (control.startswith("[") and "success=done" in control)
+
+    def __repr__(self):
+        return "%s: account %s %s %s" % (self.where, self.control, self.module, " ".join(self.args))
+
+
+def _module(path):
+    name = os.path.basename(path)
+    return name[:-3] if name.endswith(".so") else name
+
+
+def _split(text):
+    """A PAM line's fields: a [bracket] control is one field, spaces and all."""
+    fields, rest = [], text.strip()
+    while rest:
+        if rest.startswith("[") and len(fields) == 1:
+            end = rest.find("]")
+            end = len(rest) - 1 if end < 0 else end
+            fields.append(rest[:end + 1])
+            rest = rest[end + 1:].lstrip()
+            continue
+        word, _, rest = rest.partition(" ")
+        word, rest = word.strip(), rest.lstrip()
+        if word:
+            fields.append(word)
+    return fields
+
+
+def _lines(data):
+    """(number, text) of a PAM file's lines, comments dropped and
+    backslash continuations joined."""
+    out, pending, start = [], "", 0
+    for number, raw in enumerate(data.replace("\t", " ").split("\n"), 1):
+        text = raw.split("#", 1)[0].rstrip()
+        if not pending:
+            start = number
+        if text.endswith("\\"):
+            pending += text[:-1] + " "
+            continue
+        text, pending = pending + text, ""
+        if text.strip():
+            out.append((start, text))
+    return out
+
+
+def account_stack(service, pam_dir=PAM_DIR):
+    """(lines, problems): SERVICE's account lines in the order libpam runs
+    them, what it includes expanded; problems name what could not be read."""
+    lines, problems, seen = [], [], []
+
+    def walk(name, only_account, depth):
+        path = name if name.startswith("/") else os.path.join(pam_dir, name)
+        if depth > 8 or len(seen) >= MAX_FILES:
+            problems.append("%s: includes nest too deep (a loop?); the PAM stack is not read past it" % path)
+            return
+        seen.append(path)
+        try:
+            data = _read(path)
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append("%s cannot be read: %s" % (path, exc))
+            return
+        for number, text in _lines(data):
+            where = "%s:%d" % (path, number)
+            fields = _split(text)
+            if fields[0] == "@include" and len(fields) > 1:
+                walk(fields[1], True, depth + 1)
+                continue
+            kind = fields[0].lstrip("-").lower()
+            if kind != "account" or len(fields) < 3:
+                continue
+            control = fields[1]
+            if control in ("include", "substack"):
+                walk(fields[2], True, depth + 1)
+                continue
+            lines.append(Line(where, control, _module(fields[2]), fields[3:]))
+
+    walk(service, True, 0)
+    return lines, problems
+
+
+def _read(path):
+    with open(path, "rb") as handle:
+        return handle.read(MAX_BYTES).decode("utf-8")
+
+
+def _listed(path):
+    """The names pam_listfile admits from PATH: none when it would refuse
+    the file (it lstats it: a symlink, not a regular file, or writable by
+    others), None when it cannot be read here."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o002:
+            return set()
+        return set(line.strip() for line in _read(path).split("\n") if line.strip())
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _admits(line):
+    """A pam_listfile line that allows the users its file lists."""
+    return (line.module == LISTFILE and line.arg("item") == "user" and line.arg("sense") == "allow"
+            and line.arg("file") is not None)
+
+
+def judge(lines, access, allow_file, operators):
+    """(problems, notes) of the account LINES under epilog:ssh_access
+    ACCESS, with the chain's ALLOW_FILE and the listed OPERATORS."""
+    problems, notes = [], []
+    adopt = next((i for i, line in enumerate(lines) if line.module == ADOPT), None)
+    before = lines[:adopt] if adopt is not None else lines
+    if access == "listfile" and adopt is not None:
+        for line in before:
+            if line.module == LISTFILE and line.arg("file") == allow_file and line.ends_on_success \
+                    and line.arg("sense") == "allow":
+                problems.append("%r: the chain's allow file (epilog:ssh_allow_file) is a sufficient line before "
+                                "pam_slurm_adopt, so every job user skips adoption and their sessions run outside "
+                                "the job's cgroup, limits and accounting: set epilog:ssh_access adopt, or drop one "
+                                "of the two" % line)
+    if access == "adopt":
+        if adopt is None:
+            problems.append("epilog:ssh_access is adopt, but sshd's PAM stack has no pam_slurm_adopt account line: "
+                            "nothing governs ssh logins to this node")
+        else:
+            line = lines[adopt]
+            ignore_root = line.arg("ignore_root", "1") != "0"
+            admitted, unknown = set(), False
+            for earlier in before:
+                if not earlier.ends_on_success:
+                    continue
+                if _admits(earlier):
+                    names = _listed(earlier.arg("file"))
+                    if names is None:
+                        unknown = True
+                    else:
+                        admitted |= names
+                else:
+                    unknown = True
+            missing = [name for name in operators if name not in admitted and not (name == "root" and ignore_root)]
+            if missing and unknown:
+                notes.append("listed operators %s: a sufficient line before pam_slurm_adopt (%r) may admit them; "
+                             "this cannot tell. One it does not admit is adopted into their job and killed with it"
+                             % (", ".join(missing), line))
+            elif missing:
+                problems.append("listed operators %s are not admitted before pam_slurm_adopt (%r): each is adopted "
+                                "into their own job and killed with it, or denied without one; list them in a "
+                                "sufficient pam_listfile line before it" % (", ".join(missing), line))
+            for key, want in (("action_adopt_failure", "deny"), ("action_generic_failure", "deny")):
+                if line.arg(key) != want:
+                    notes.append("%r: %s is %s, its testing default: set %s=%s" % (
+                        line, key, line.arg(key) or "unset", key, want))
+    return problems, notes

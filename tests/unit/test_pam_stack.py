@@ -1,0 +1,126 @@
+"""sshd's PAM account stack read as libpam reads it, and the verdicts
+epilog.verify gives under each epilog:ssh_access (epilog_node/pam.py).
+Pure: PAM files in tmp_path, no root."""
+import os
+
+import pytest
+
+from tests.unit.conftest import node
+
+pam = node("pam")
+
+ALLOW = "/etc/localusers"
+ADOPT = "account required /lib/security/pam_slurm_adopt.so action_adopt_failure=deny action_generic_failure=deny"
+DEBIAN_COMMON = ("account [success=1 new_authtok_reqd=done default=ignore] pam_unix.so\n"
+                 "account requisite pam_deny.so\naccount required pam_permit.so\n")
+
+
+def stack(tmp_path, sshd, **others):
+    (tmp_path / "common-account").write_text(DEBIAN_COMMON)
+    for name, text in others.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "sshd").write_text(sshd)
+    return pam.account_stack("sshd", pam_dir=str(tmp_path))
+
+
+def operators_file(tmp_path, names, mode=0o644):
+    path = tmp_path / "operators"
+    path.write_text("".join(f"{name}\n" for name in names))
+    os.chmod(path, mode)
+    return path
+
+
+def test_the_stack_is_read_in_order_with_its_includes(tmp_path):
+    lines, problems = stack(tmp_path, "# sshd\nauth required pam_env.so\n@include common-account\n"
+                                      "-account optional pam_systemd.so \\\n  debug\n"
+                                      "account\tsubstack more\n" + ADOPT + "  # the adoption\n",
+                            more="account [success=done default=ignore] pam_listfile.so item=user sense=allow "
+                                 "file=/x\n")
+    assert problems == []
+    assert [(line.module, line.control) for line in lines] == [
+        ("pam_unix", "[success=1 new_authtok_reqd=done default=ignore]"), ("pam_deny", "requisite"),
+        ("pam_permit", "required"), ("pam_systemd", "optional"),
+        ("pam_listfile", "[success=done default=ignore]"), ("pam_slurm_adopt", "required")]
+    assert lines[3].args == ["debug"] and lines[3].where.endswith("sshd:4")
+    assert lines[4].ends_on_success and not lines[0].ends_on_success
+    assert lines[5].arg("action_adopt_failure") == "deny"
+
+
+def test_an_include_loop_or_a_missing_file_is_named_not_followed_forever(tmp_path):
+    lines, problems = stack(tmp_path, "account include loop\naccount include missing\n",
+                            loop="account include loop\naccount required pam_permit.so\n")
+    assert any("nest too deep" in p for p in problems), problems
+    assert any("missing cannot be read" in p for p in problems), problems
+    assert len(lines) <= pam.MAX_FILES
+
+
+LISTFILE_SUFFICIENT = f"account sufficient pam_listfile.so item=user sense=allow onerr=fail file={ALLOW}\n"
+
+
+@pytest.mark.parametrize("sshd,problem", [
+    # the DeepOps-style migration: the allow line lets every job user skip adoption
+    (LISTFILE_SUFFICIENT + ADOPT, True),
+    (LISTFILE_SUFFICIENT.replace("sufficient", "[success=done default=ignore]") + ADOPT, True),
+    (ADOPT + "\n" + LISTFILE_SUFFICIENT, False),                       # after adoption: adoption decides
+    (LISTFILE_SUFFICIENT.replace("sufficient", "required") + ADOPT, False),
+    (LISTFILE_SUFFICIENT, False),                                       # no pam_slurm_adopt at all
+    (LISTFILE_SUFFICIENT.replace(ALLOW, "/etc/other") + ADOPT, False),  # another list
+])
+def test_under_listfile_the_allow_file_must_not_skip_adoption(tmp_path, sshd, problem):
+    lines, _ = stack(tmp_path, sshd)
+    problems, _ = pam.judge(lines, "listfile", ALLOW, ["root"])
+    assert bool(problems) is problem, problems
+    if problem:
+        assert "skips adoption" in problems[0] and ALLOW in problems[0]
+
+
+def test_under_adopt_a_stack_without_pam_slurm_adopt_is_a_problem(tmp_path):
+    lines, _ = stack(tmp_path, "@include common-account\n")
+    problems, _ = pam.judge(lines, "adopt", ALLOW, ["root"])
+    assert problems and "no pam_slurm_adopt" in problems[0]
+
+
+def test_under_adopt_listed_operators_must_be_admitted_before_it(tmp_path):
+    ops = operators_file(tmp_path, ["je.kim", "s.shin"])
+    admit = f"account sufficient pam_listfile.so item=user sense=allow onerr=fail file={ops}\n"
+    lines, _ = stack(tmp_path, admit + ADOPT)
+    assert pam.judge(lines, "adopt", ALLOW, ["root", "je.kim", "s.shin"]) == ([], [])
+    # one missing from the list: named
+    problems, _ = pam.judge(lines, "adopt", ALLOW, ["root", "je.kim", "opal"])
+    assert len(problems) == 1 and "opal" in problems[0] and "je.kim" not in problems[0], problems
+    # pam_listfile refuses a list others can write, or a symlink (it lstats): nobody is admitted
+    for bad in ("writable", "symlink"):
+        if bad == "writable":
+            os.chmod(ops, 0o666)
+        else:
+            os.chmod(ops, 0o644)
+            os.rename(ops, tmp_path / "real")
+            ops.symlink_to(tmp_path / "real")
+        problems, _ = pam.judge(lines, "adopt", ALLOW, ["je.kim"])
+        assert problems and "je.kim" in problems[0], (bad, problems)
+    # after pam_slurm_adopt it admits nobody in time
+    ops.unlink()
+    operators_file(tmp_path, ["je.kim"])
+    lines, _ = stack(tmp_path, ADOPT + "\n" + admit)
+    problems, _ = pam.judge(lines, "adopt", ALLOW, ["je.kim"])
+    assert problems and "je.kim" in problems[0]
+
+
+def test_root_is_pam_slurm_adopts_own_exception_unless_ignore_root_is_off(tmp_path):
+    lines, _ = stack(tmp_path, ADOPT)
+    assert pam.judge(lines, "adopt", ALLOW, ["root"]) == ([], [])
+    lines, _ = stack(tmp_path, ADOPT + " ignore_root=0")
+    problems, _ = pam.judge(lines, "adopt", ALLOW, ["root"])
+    assert problems and "root" in problems[0]
+
+
+def test_a_sufficient_line_it_cannot_read_is_a_note_not_a_verdict(tmp_path):
+    lines, _ = stack(tmp_path, "account sufficient pam_access.so\n" + ADOPT)
+    problems, notes = pam.judge(lines, "adopt", ALLOW, ["root", "je.kim"])
+    assert problems == [] and len(notes) == 1 and "je.kim" in notes[0] and "cannot tell" in notes[0]
+
+
+def test_pam_slurm_adopts_testing_defaults_are_noted(tmp_path):
+    lines, _ = stack(tmp_path, "account required pam_slurm_adopt.so action_adopt_failure=deny\n")
+    problems, notes = pam.judge(lines, "adopt", ALLOW, ["root"])
+    assert problems == [] and len(notes) == 1 and "action_generic_failure is unset" in notes[0], notes
