@@ -244,8 +244,10 @@ def _managed(preview, chain):
             continue
         name = state["name"]
         if fields[-1] == "managed":
-            inner = os.path.relpath(name, chain.releases).split("/", 1)[1:]
-            script = name == chain.tool or (not name.startswith("../") and inner and inner[0] in chain.scripts)
+            # <release id>/<path in the release>, for a file under the releases
+            rel = os.path.relpath(name, chain.releases)
+            inner = rel.split("/", 1)[1:] if not rel.startswith("../") else []
+            script = name == chain.tool or (inner and inner[0] in chain.scripts)
             files.append({"path": name, "script": bool(script)})
         elif fields[-1] == "directory":
             dirs.append(name)
