@@ -1097,7 +1097,10 @@ def report(since=None, user=None, job=None):
 
     - ``job_ends`` (epilog) and ``prologs``; ``acted`` (job ends that ran the
       lastuserjob parts) and the ``users_acted_on``; ``spared`` and
-      ``unknown`` job ends, each by reason; ``processes_signalled`` by part 40;
+      ``unknown`` job ends, each by reason; ``processes_signalled`` by part 40,
+      and of them ``strays_signalled`` (outside any job: the chain's) and
+      ``job_cgroup_processes_signalled`` (still in a Slurm job's cgroup under
+      proctrack/cgroup: Slurm's to kill);
     - ``sweeps`` (part 45 runs) and the ``residue`` ``removed`` and ``kept``
       by kind (part 42's files as ``user_files``); ``warnings``;
     - the ``slowest`` chain (job, user, milliseconds, when).

@@ -3,6 +3,7 @@
 started and stopped by the tests. slurm.conf points Epilog=/Prolog= at the
 runners of a chain laid down as the state would (tests/release.py; what
 needs Salt itself uses a minion of its own)."""
+import contextlib
 import os
 import pwd
 import shutil
@@ -26,7 +27,8 @@ SLURMS = {
 }
 # The tests of what happens at a real job end run on each release; the
 # others (a master serving salt/, a release switched under fire) on 22.05.
-ON_EVERY_SLURM = ("test_slurm_job_end.py", "test_sweep_job_end.py", "test_hostile_job_end.py")
+ON_EVERY_SLURM = ("test_slurm_job_end.py", "test_sweep_job_end.py", "test_hostile_job_end.py",
+                  "test_cgroup_job_end.py")
 SSHD_PORT = 2222
 LISTFILE_SSHD_PORT = 2223
 OPERATOR = "opal"
@@ -70,10 +72,10 @@ def munge():
 
 
 def pytest_generate_tests(metafunc):
-    """A test that takes the slurm fixture runs on each Slurm release of
+    """A test that takes a Slurm (the slurm or cgroup_slurm fixture) runs on each Slurm release of
     SLURMS when its file is one of ON_EVERY_SLURM, else on 22.05.
     EPILOG_SLURMS=22.05 (a comma list) narrows a local run; CI runs them all."""
-    if "slurm" not in metafunc.fixturenames:
+    if "slurm_release" not in metafunc.fixturenames:
         return
     wanted = [v for v in os.environ.get("EPILOG_SLURMS", ",".join(SLURMS)).split(",") if v]
     if not wanted or set(wanted) - set(SLURMS):
@@ -162,6 +164,41 @@ def slurm(munge, accounts, slurm_release):
     tests outlives its module, so the tests that follow (the quickstart, the
     fleet) meet a node without one, as epilog.verify finds a running
     slurmd's slurm.conf and reports the chain it runs."""
+    with running_slurm(slurm_release) as s:
+        yield s
+
+
+# What production sites run: proctrack/cgroup and task/cgroup, on the cgroup
+# v1 controllers (CgroupPlugin names them: autodetection would pick v2 where
+# /sys/fs/cgroup/unified exists). cgroup.conf is read from beside slurm.conf.
+CGROUP_CONF = """\
+CgroupPlugin=cgroup/v1
+ConstrainCores=yes
+ConstrainRAMSpace=yes
+"""
+CGROUP_CONTROLLERS = ("freezer", "cpuset", "memory", "devices", "cpuacct")
+
+
+def cgroup_root(release):
+    """Where the Slurm of RELEASE makes its cgroups in each controller:
+    Debian's 22.05 at slurm_<host>, 24.11 at slurm."""
+    return "slurm_" + HOST if release == "22.05" else "slurm"
+
+
+@pytest.fixture(scope="module")
+def cgroup_slurm(munge, accounts, slurm_release):
+    """The slurm fixture's Slurm under proctrack/cgroup and task/cgroup,
+    with PrologFlags=Contain (the extern step pam_slurm_adopt adopts into)."""
+    for controller in CGROUP_CONTROLLERS:
+        mount = Path("/sys/fs/cgroup", controller)
+        require(os.access(mount / "tasks", os.W_OK) and os.path.ismount(mount),
+                f"the cgroup v1 {controller} controller mounted rw at {mount}")
+    with running_slurm(slurm_release, cgroup=True) as s:
+        yield s
+
+
+@contextlib.contextmanager
+def running_slurm(slurm_release, cgroup=False):
     sbin, bin_dir = SLURMS[slurm_release]["sbin"], SLURMS[slurm_release]["bin"]
     how = "bash .ci/slurm-24.11" if slurm_release == "24.11" else "bash .ci/setup"
     for tool in (sbin / "slurmctld", sbin / "slurmd", *(bin_dir / t for t in ("srun", "sbatch", "scontrol", "sinfo"))):
@@ -191,8 +228,8 @@ SlurmctldPort={slurmctld_port}
 SlurmdPort={slurmd_port}
 AuthType=auth/munge
 SlurmUser=root
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+ProctrackType={"proctrack/cgroup" if cgroup else "proctrack/linuxproc"}
+TaskPlugin={"task/cgroup" if cgroup else "task/none"}
 JobAcctGatherType=jobacct_gather/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
@@ -206,11 +243,13 @@ SlurmdPidFile={base}/run/slurmd.pid
 Epilog={site_epilog}
 Epilog={chain.conf_dir}/epilog.sh
 Prolog={chain.conf_dir}/prolog.sh
-PrologFlags=Alloc
+PrologFlags={"Contain" if cgroup else "Alloc"}
 PrologEpilogTimeout=120
 NodeName={HOST} CPUs={os.cpu_count()} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
+    if cgroup:
+        (base / "cgroup.conf").write_text(CGROUP_CONF)
     s = Slurm(base, chain, slurm_release)
     try:
         s.cmd(str(sbin / "slurmctld"))

@@ -201,7 +201,7 @@ def grant_ssh(ctx):
 # outcome: done, bound, refused or failed; rounds; signalled: "pid(name)" of
 # what it saw before the first round; left: what survived (bound); why:
 # refused or failed, in words.
-Killed = system.fields("Killed", "outcome rounds signalled left why")
+Killed = system.fields("Killed", "outcome rounds signalled left why jobs")
 # A login at its password prompt keeps the rounds going for the first
 # PATIENCE rounds only.
 ROUNDS, SECONDS, PATIENCE = 50, 5, 30
@@ -326,19 +326,28 @@ def kill_uid(uid, user, until=None, x=None):
 
     Before each round it reads its uids back from the kernel and sends
     nothing unless they are exactly effective UID, real X, saved 0. Returns
-    a Killed; the process is root again when it returns."""
+    a Killed, whose jobs maps each process first seen that is in a Slurm
+    job's cgroup to its job; the process is root again when it returns."""
     if not isinstance(uid, int) or not 1 <= uid <= system.UID_MAX_REAL:
-        return Killed("failed", 0, [], [], "uid %r is not one from 1 to 4294967294" % (uid,))
+        return Killed("failed", 0, [], [], "uid %r is not one from 1 to 4294967294" % (uid,), {})
     if x is None:
         x = 4294967293 if uid == 4294967294 else 4294967294
     if x == uid or not system.UID_MAX_REAL - KILL_SLOTS < x <= system.UID_MAX_REAL:
-        return Killed("failed", 0, [], [], "uid X %r is not a kill slot's, or is the user's" % (x,))
+        return Killed("failed", 0, [], [], "uid X %r is not a kill slot's, or is the user's" % (x,), {})
     groups = os.getgroups()
     xs, seen = _scan(uid, user, x)
     if xs:
-        return Killed("refused", 0, [], [], "a process of uid %d runs" % x)
+        return Killed("refused", 0, [], [], "a process of uid %d runs" % x, {})
     seen = [entry for entry in seen if "(sshd: " not in entry]
     signalled = list(seen)
+    # Which of them are in a Slurm job's cgroup (proctrack/cgroup: the
+    # job's, which Slurm kills), and which run outside any job: for the
+    # record alone. kill(-1) reaches both alike.
+    jobs = {}
+    for entry in seen:
+        job = system.job_cgroup(entry.split("(", 1)[0], uid)
+        if job is not None:
+            jobs[entry] = job
     deadline = time.monotonic() + SECONDS
     if until is not None:
         deadline = min(deadline, until)
@@ -351,7 +360,7 @@ def kill_uid(uid, user, until=None, x=None):
             rounds += 1
             os.setresuid(-1, uid, -1)
             if os.getresuid() != (x, uid, 0):
-                return Killed("failed", rounds, signalled, [], "the sender's uids are %r" % (os.getresuid(),))
+                return Killed("failed", rounds, signalled, [], "the sender's uids are %r" % (os.getresuid(),), jobs)
             for sig in (signal.SIGSTOP, signal.SIGKILL):
                 try:
                     os.kill(-1, sig)
@@ -369,15 +378,15 @@ def kill_uid(uid, user, until=None, x=None):
             if rounds >= PATIENCE:
                 left = real
             if not left:
-                return Killed("done", rounds, signalled, [], "")
+                return Killed("done", rounds, signalled, [], "", jobs)
             if rounds >= ROUNDS or time.monotonic() > deadline:
                 if not real:
-                    return Killed("done", rounds, signalled, [], "")
-                return Killed("bound", rounds, signalled, real, "")
+                    return Killed("done", rounds, signalled, [], "", jobs)
+                return Killed("bound", rounds, signalled, real, "", jobs)
             seen = left
             time.sleep(0.01)
     except OSError as exc:
-        return Killed("failed", rounds, signalled, [], "cannot act as uid %d: %s" % (uid, exc.strerror or exc))
+        return Killed("failed", rounds, signalled, [], "cannot act as uid %d: %s" % (uid, exc.strerror or exc), jobs)
     finally:
         try:
             os.setresuid(0, 0, 0)
@@ -442,7 +451,7 @@ def kill(ctx):
     passed over for the next; with no slot to be had, nothing is sent."""
     uid = ctx.act_uid
     result = Killed("refused", 0, [], [], "no kill slot was free (%s/%s*: each held by another part 40)"
-                    % (ctx.settings["run_dir"], KILL_LOCK))
+                    % (ctx.settings["run_dir"], KILL_LOCK), {})
     for fd, x in kill_slots(ctx, uid):
         try:
             result = kill_uid(uid, ctx.user, until=ctx.deadline - 0.5, x=x)
@@ -451,8 +460,16 @@ def kill(ctx):
                 os.close(fd)
         if result.outcome != "refused":
             break
-    ctx.fact("kill", {"outcome": result.outcome, "signalled": len(result.signalled)})
+    in_job = len(result.jobs)
+    ctx.fact("kill", {"outcome": result.outcome, "signalled": len(result.signalled),
+                      "strays": len(result.signalled) - in_job, "in_job_cgroup": in_job})
     signalled = some(result.signalled)
+    if in_job:
+        # Under proctrack/cgroup Slurm ends what is in the job's cgroup before
+        # the epilog: one still there is Slurm's kill not yet done, or a job
+        # of the user's that the evidence did not see.
+        signalled += "; of them in a Slurm job's cgroup: %s" % some(
+            ["%s job %s" % (entry, job) for entry, job in sorted(result.jobs.items())])
     if result.outcome == "done":
         ctx.log("info", "killed the processes of uid %d (%d round(s)): %s" % (uid, result.rounds, signalled))
     elif result.outcome == "bound":

@@ -116,6 +116,10 @@ _HELP = (
     ("epilog_warnings_total", "Warnings the chain logged."),
 )
 RESIDUE_METRIC = 'epilog_residue_removed_total{kind="%s"}'
+# Part 40's processes by where they ran: outside any job (the chain's to
+# kill), or still in a Slurm job's cgroup (Slurm's, under proctrack/cgroup).
+KILLED_KINDS = (("strays", "stray"), ("in_job_cgroup", "job_cgroup"))
+KILLED_METRIC = 'epilog_processes_signalled_total{where="%s"}'
 
 
 def outcome(record):
@@ -141,6 +145,18 @@ def removed(record):
                 out[kind] = out.get(kind, 0) + int(counts.get("removed", 0))
         if isinstance(cleanup, dict):
             out["user_files"] = out.get("user_files", 0) + int(cleanup.get("removed", 0))
+    return out
+
+
+def signalled(record):
+    """{where: processes part 40 signalled} of a record (KILLED_KINDS)."""
+    out = {}
+    for part in record["parts"]:
+        kill = (part.get("facts") or {}).get("kill")
+        if isinstance(kill, dict):
+            for key, where in KILLED_KINDS:
+                if isinstance(kill.get(key), int):
+                    out[where] = out.get(where, 0) + kill[key]
     return out
 
 
@@ -174,6 +190,11 @@ def render_metrics(metric):
             "# TYPE epilog_residue_removed_total counter"]
     for kind in RESIDUE_KINDS:
         out.append("%s %d" % (RESIDUE_METRIC % kind, metric.get(RESIDUE_METRIC % kind, 0)))
+    out += ["# HELP epilog_processes_signalled_total Processes part 40 killed, by where they ran (stray: outside "
+            "any job; job_cgroup: in a Slurm job's cgroup).",
+            "# TYPE epilog_processes_signalled_total counter"]
+    for _, where in KILLED_KINDS:
+        out.append("%s %d" % (KILLED_METRIC % where, metric.get(KILLED_METRIC % where, 0)))
     out += ["# HELP epilog_last_chain_seconds How long the last chain of the stage ran.",
             "# TYPE epilog_last_chain_seconds gauge"]
     for stage in ("epilog", "prolog"):
@@ -226,6 +247,8 @@ def update_metrics(trust, path, record):
         for kind, n in removed(record).items():
             if kind in RESIDUE_KINDS:
                 add(RESIDUE_METRIC % kind, n)
+        for where, n in signalled(record).items():
+            add(KILLED_METRIC % where, n)
         add("epilog_warnings_total", record["warnings"])
         metric['epilog_last_chain_seconds{stage="%s"}' % record["stage"]] = "%d.%03d" % divmod(record["ms"], 1000)
         system.replace_file(path, render_metrics(metric).encode("ascii"))
@@ -478,7 +501,7 @@ def summary(chosen, start=None):
         "nodes": sorted({str(rec.get("node")) for rec in chosen if rec.get("node")}),
         "since": when(start), "records": len(chosen),
         "job_ends": 0, "prologs": 0, "acted": 0, "users_acted_on": [], "spared": {}, "unknown": {},
-        "processes_signalled": 0, "sweeps": 0,
+        "processes_signalled": 0, "strays_signalled": 0, "job_cgroup_processes_signalled": 0, "sweeps": 0,
         "residue": {"removed": dict.fromkeys(RESIDUE_KINDS, 0), "kept": dict.fromkeys(RESIDUE_KINDS, 0)},
         "warnings": 0, "slowest": None,
     }
@@ -503,6 +526,11 @@ def summary(chosen, start=None):
             kill, cleanup, sweep = facts.get("kill"), facts.get("cleanup"), facts.get("sweep")
             if isinstance(kill, dict) and isinstance(kill.get("signalled"), int):
                 out["processes_signalled"] += kill["signalled"]
+                # of them, those outside any job (the chain's to kill) and
+                # those still in a Slurm job's cgroup (Slurm's)
+                for key, total in (("strays", "strays_signalled"), ("in_job_cgroup", "job_cgroup_processes_signalled")):
+                    if isinstance(kill.get(key), int):
+                        out[total] += kill[key]
             if isinstance(cleanup, dict) and isinstance(cleanup.get("removed"), int):
                 out["residue"]["removed"]["user_files"] += cleanup["removed"]
             if isinstance(sweep, dict) and isinstance(sweep.get("counts"), dict):

@@ -356,6 +356,58 @@ def cmdline(pid, limit=4096):
         return b""
 
 
+def job_of_cgroup(data, uid=None):
+    """The job id (a string) whose Slurm cgroup the /proc/PID/cgroup text
+    DATA puts the process in, or None: outside any job.
+
+    A job's cgroup starts at the root of its hierarchy, in directories only
+    root can make: cgroup v1's /slurm[_<host>]/uid_<uid>/job_<id>/... in
+    any controller (proctrack/cgroup's freezer, task/cgroup's cpuset and
+    memory), cgroup v2's /<a>.slice/.../slurmstepd.scope/job_<id>/...
+    Slurm makes the step's directory the user's, below the job's; a user's
+    delegated systemd subtree lies under a .service, never under a chain of
+    slices alone. A v1 path names its uid too: one of another uid than UID
+    (when given) is no job of this process's user."""
+    for line in data.split("\n"):
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        path = parts[2].split("/")  # "", then the path's names
+        if len(path) >= 4 and path[0] == "" and (path[1] == "slurm" or path[1].startswith("slurm_")) \
+                and path[2].startswith("uid_") and digits(path[2][4:]) \
+                and path[3].startswith("job_") and digits(path[3][4:]):
+            if uid is None or int(path[2][4:]) == uid:
+                return path[3][4:]
+            continue
+        if parts[0] != "0" or parts[1]:
+            continue
+        for i, name in enumerate(path[1:], 1):
+            if name == "slurmstepd.scope":
+                job = path[i + 1] if i + 1 < len(path) else ""
+                if all(p.endswith(".slice") and len(p) > 6 for p in path[1:i]) \
+                        and job.startswith("job_") and digits(job[4:]):
+                    return job[4:]
+                break
+            if not name.endswith(".slice"):
+                break
+    return None
+
+
+def job_cgroup(pid, uid=None):
+    """job_of_cgroup() of a live process PID, or None."""
+    try:
+        fd = os.open("/proc/%s/cgroup" % pid, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 8192)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return job_of_cgroup(data.decode("utf-8", "replace"), uid)
+
+
 def login_defs(path="/etc/login.defs"):
     """(UID_MIN, UID_MAX) of the account database: Debian's 1000 and 60000
     unless login.defs says otherwise."""
