@@ -12,6 +12,8 @@ epilog:
   # listfile: the chain's allow lines govern ssh; adopt: pam_slurm_adopt does
   # (the chain never edits ssh_allow_file); none: neither.
   ssh_access: listfile
+  # Under adopt, true lets the state epilog.pam own sshd's account lines.
+  pam_manage: false
   # A directory only root can write (Debian's /var/log/slurm belongs to slurm).
   log_file: /var/log/slurm-epilog/epilog.log
   record_file: /var/log/slurm-epilog/records.jsonl

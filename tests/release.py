@@ -28,12 +28,14 @@ def package_files():
 
 def settings_of(**settings):
     """defaults.yaml with SETTINGS over it, as map.jinja merges them (lists
-    replaced; slurm_config_dir without a trailing /), without the package
-    names: what settings.json holds."""
+    replaced; slurm_config_dir without a trailing /), without what differs
+    per os_family (the package names, pam_adopt_module): what settings.json
+    holds."""
     merged = dict(DEFAULTS)
     merged.update({key: str(value) if isinstance(value, Path) else value for key, value in settings.items()})
     merged["slurm_config_dir"] = merged["slurm_config_dir"].rstrip("/") or "/"
-    merged.pop("pkgs", None)
+    for key in ("pkgs", "pam_adopt_module"):
+        merged.pop(key, None)
     return merged
 
 

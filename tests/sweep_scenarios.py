@@ -66,8 +66,15 @@ class Site:
     def crashed_xvfb(self, display, user="alice"):
         """A real X server killed with SIGKILL: its socket and lock stay."""
         proc = self.xvfb(display, user)
+        # Xvfb may still run xkbcomp, which holds its socket: the crash
+        # leaves the socket to no process only once its children are gone
+        try:
+            kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        except FileNotFoundError:
+            kids = []
         proc.kill()
         proc.wait()
+        wait_for(lambda: not any(_alive(kid) for kid in kids), 20, what=f"the children of Xvfb :{display} to end")
         assert self.path(f"/tmp/.X11-unix/X{display}").is_socket()
         return proc.pid
 
@@ -76,6 +83,13 @@ class Site:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def _alive(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
 
 
 def lock_bytes(pid):

@@ -102,7 +102,7 @@ def _config(validate=True):
     try:
         rendered = __salt__["slsutil.renderer"](  # noqa: F821 - a Salt dunder
             path="salt://epilog/settings.jinja", default_renderer="jinja|json", tpldir="epilog",
-            validate=bool(validate))
+            validate=bool(validate), family=True)
     except Exception as exc:
         text = str(exc)
         found = re.search(r"Jinja error: ([^\n]*)", text)
@@ -111,7 +111,8 @@ def _config(validate=True):
                                                  for key in ("settings", "rules", "layout")):
         raise CommandExecutionError("the epilog settings do not render: salt://epilog/settings.jinja is not "
                                     f"served to this minion, or is not the formula's (got {rendered!r:.200})")
-    return rendered["settings"], rendered["rules"], rendered["layout"]
+    family = rendered.get("family") if isinstance(rendered.get("family"), dict) else {}
+    return {**rendered["settings"], **family}, rendered["rules"], rendered["layout"]
 
 
 class _Chain:
@@ -257,7 +258,7 @@ def _managed(preview, chain):
 _CONF_PAIR = re.compile(r'\s*([A-Za-z][A-Za-z0-9_]*)\s*=\s*(?:"([^"]*)"|(\S*))')
 _CONF_INCLUDE = re.compile(r"\s*include\s+(\S.*?)\s*\Z", re.I)
 CONF_KEYS = ("epilog", "prolog", "prologflags", "slurmdspooldir", "epilogtimeout", "prologtimeout",
-             "prologepilogtimeout", "proctracktype")
+             "prologepilogtimeout", "proctracktype", "jobcontainertype", "namespacetype")
 
 
 CONF_FILES_MAX = 64
@@ -802,6 +803,7 @@ def verify(expect=None):
             notes.append(f"{conf} has ProctrackType={proctrack}: a daemon a job starts (setsid, double fork) "
                          "escapes Slurm's tracking and outlives the job; part 40 kills it only after the user's "
                          "last job here. proctrack/cgroup keeps every process of a job in its cgroup")
+        notes.extend(_job_container_notes(conf, found, settings))
     problems_pam, notes_pam = _ssh_access(settings)
     problems.extend(problems_pam)
     notes.extend(notes_pam)
@@ -809,6 +811,58 @@ def verify(expect=None):
     return {"result": not problems, "problems": problems, "notes": notes,
             "checked": sorted([item["path"] for item in files] + dirs), "release": release, "manifest": manifest,
             "content": content}
+
+
+def _job_container_notes(conf, found, settings):
+    """What verify says of job_container/tmpfs (namespace/tmpfs from 25.11):
+    each job's /tmp and /dev/shm are its own, which the chain's parts never
+    see; and the BasePath job directories that no running job owns."""
+    plugin = (found.get("namespacetype") or found.get("jobcontainertype") or "").strip()
+    if plugin.lower() not in ("job_container/tmpfs", "namespace/tmpfs"):
+        return []
+    notes = [f"{conf} has {plugin}: each job's /tmp and /dev/shm are its own, under BasePath, and Slurm removes "
+             "them at the job's end; parts 42 and 45 clean the node's /tmp and /dev/shm (what runs outside a job's "
+             "namespace writes there: an ssh session pam_slurm_adopt did not adopt, a stray), never a job's"]
+    container_conf = os.path.join(os.path.dirname(conf), "job_container.conf")
+    node = socket.gethostname().split(".")[0]
+    bases = []
+    try:
+        with open(container_conf, encoding="utf-8", errors="replace") as handle:
+            for line in handle.read(1 << 20).splitlines():
+                pairs = {key.lower(): quoted or plain for key, quoted, plain in
+                         _CONF_PAIR.findall(line.split("#", 1)[0])}
+                if pairs.get("basepath"):
+                    bases.append(pairs["basepath"].replace("%n", node))
+    except OSError as exc:
+        return [*notes, f"{container_conf} cannot be read ({exc.strerror}): its BasePath is not checked for stale "
+                        "job directories"]
+    # BasePath first, then the spool: a job that starts in between is in
+    # neither; one that ends in between looks stale only until Slurm removes it
+    listed = {}
+    for base in dict.fromkeys(bases):
+        entries = listed[base] = {}
+        for top in (base, os.path.join(base, node)):
+            try:
+                entries[top] = [name for name in os.listdir(top) if os.path.isdir(os.path.join(top, name))
+                                and not os.path.islink(os.path.join(top, name))]
+            except OSError:
+                pass
+    spool = settings["slurmd_spool_dir"]
+    if not _root_only(spool):
+        return [*notes, f"{spool} is not a directory only root can write: which jobs run here cannot be told, and "
+                        "BasePath is not checked for stale job directories"]
+    try:
+        running = {name.rsplit("_", 1)[1].split(".", 1)[0] for name in os.listdir(spool)
+                   if "_" in name and "." in name and stat.S_ISSOCK(os.lstat(os.path.join(spool, name)).st_mode)}
+    except OSError as exc:
+        return [*notes, f"{spool} cannot be read ({exc.strerror}): BasePath is not checked for stale job directories"]
+    for base, entries in listed.items():
+        stale = _node.evidence.stale_job_dirs(base, node, entries, running)
+        if stale:
+            notes.append(f"{len(stale)} job director{'y' if len(stale) == 1 else 'ies'} under BasePath {base} that "
+                         f"no running job owns (no step of theirs in {spool}), left by a failed launch or "
+                         f"teardown: {', '.join(stale[:20])}{' ...' if len(stale) > 20 else ''}")
+    return notes
 
 
 def _ssh_access(settings):
@@ -826,6 +880,83 @@ def _ssh_access(settings):
     lines, problems = pam.account_stack("sshd")
     judged, notes = pam.judge(lines, access, settings["ssh_allow_file"], settings["localusers"])
     return problems + judged, notes
+
+
+def pam_file():
+    """
+    The text /etc/pam.d/sshd gets from the state epilog.pam: with
+    ``epilog:pam_manage`` on (under ``ssh_access`` adopt), the file with the
+    formula's account lines after its last account line (a pam_listfile line
+    that admits the operators from ``pam_operators_file``, then
+    ``pam_adopt_module``); off, the file without them. The stack it would lay
+    down is judged first, as epilog.verify judges the live one: any problem
+    (an operator that would not be admitted, a pam_slurm_adopt line of the
+    site's own, a module missing) is an error, and the state, which renders
+    this, fails before anything is written.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt 'slurm-work-01' epilog.pam_file
+    """
+    settings, _ = _settings()
+    pam = _node.pam
+    service = os.path.join(pam.PAM_DIR, "sshd")
+    try:
+        text = pam._read(service)  # pylint: disable=protected-access
+    except FileNotFoundError:
+        if settings["pam_manage"]:
+            raise CommandExecutionError(f"epilog:pam_manage is on, but {service} is missing (is openssh-server "
+                                        "installed?): no account lines laid down") from None
+        return ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CommandExecutionError(f"{service} cannot be read: {exc}") from None
+    try:
+        if not settings["pam_manage"]:
+            return pam.unplace(text)
+        operators, module = settings["pam_operators_file"], settings["pam_adopt_module"]
+        # /lib is a symlink to usr/lib on merged-/usr systems: judged where it leads
+        real = os.path.realpath(module)
+        if not (_root_only(os.path.dirname(real)) and _root_file(real)):
+            raise CommandExecutionError(
+                f"epilog:pam_adopt_module ({module!r}) is not a file of root's that only root can write: a "
+                "required PAM module that is missing denies every login, root's too (install pam_slurm_adopt: "
+                "libpam-slurm-adopt on Debian, slurm-pam_slurm on RHEL)")
+        if not _root_only(os.path.dirname(operators)):
+            raise CommandExecutionError(
+                f"epilog:pam_operators_file ({operators!r}): its directory is not one only root can write, and "
+                "pam_listfile would read whatever another account put there")
+        new = pam.place(text, pam.block(operators, module))
+    except pam.PlaceError as exc:
+        raise CommandExecutionError(f"{service}: {exc}") from None
+    lines, problems = pam.account_stack("sshd", text=new)
+    judged, _ = pam.judge(lines, "adopt", settings["ssh_allow_file"], settings["localusers"],
+                          lists={operators: settings["localusers"]})
+    if problems or judged:
+        raise CommandExecutionError(f"{service} with the formula's lines would have problems, so it is left as it "
+                                    "is: " + "; ".join(problems + judged))
+    return new
+
+
+def _ssh_sessions(settings, user, verdict):
+    """What becomes of USER's ssh sessions at the end of their job here:
+    pam_slurm_adopt (in sshd's PAM stack) adopts them into the job, and
+    Slurm then ends them with it, whatever the chain decides."""
+    pam = _node.pam
+    if not os.path.exists(os.path.join(pam.PAM_DIR, "sshd")):
+        return "no sshd PAM service here: no ssh session is adopted"
+    lines, problems = pam.account_stack("sshd")
+    adopted, why = pam.adoption(lines, user)
+    if problems:
+        return f"cannot tell: {'; '.join(problems)}"
+    if adopted is None:
+        return f"cannot tell whether pam_slurm_adopt adopts them: {why}"
+    if not adopted:
+        return f"not adopted ({why}): the chain's decision alone reaches them"
+    spared = verdict is not None and verdict.answer == "spare"
+    return (f"{why}: Slurm ends them with the job" + (", although the chain spares this user" if spared else "")
+            + ("" if settings.get("ssh_access") == "adopt" else " (epilog:ssh_access is not adopt)"))
 
 
 def _readlink(path):
@@ -1080,6 +1211,7 @@ def explain(user, job=None):
         "parts": parts,
         "decisions": [f"{level}: {text}" for level, text in decided["lines"]],
     }
+    report["ssh_sessions"] = _ssh_sessions(settings, user, verdict)
     if uid is None:
         report["account"] = f"no account {user!r} on this node: explained as a job end whose user does not resolve"
     records, _ = _node.record.read(settings["record_file"])

@@ -18,7 +18,7 @@ def test_sweep_follows_the_decision_table(sweeper, accounts, site, scenario):
     preview = sweeper(site, "--test")
     assert preview["test"] is True and preview["removed"] == []
     assert sweeper.log_text() == log_before, "a preview must not log"
-    assert set(preview["would_remove"]) == expect.removed
+    assert set(preview["would_remove"]) == expect.removed, preview
     for path in expect.removed:
         assert os.path.lexists(site.path(path)), f"the preview removed {path}"
     report = sweeper(site)

@@ -189,6 +189,22 @@ def test_verify_reads_the_sshd_pam_stack_under_each_ssh_access(node):
     assert "epilog:ssh_access is adopt, but sshd's PAM stack has no pam_slurm_adopt" in unguarded, unguarded
 
 
+def test_epilog_pam_fails_before_writing_a_stack_that_would_lock_logins_out(node):
+    """A required pam_slurm_adopt that is not there denies every login,
+    root's too: the state's render fails, naming the entry, and nothing is
+    laid down (test=True here: the node's own /etc/pam.d is this machine's;
+    the real applies run in a namespace, tests/slurm/test_pam_adopt.py).
+    Off, with none of the formula's lines in the file, there is nothing to do."""
+    node.apply()
+    node.set_pillar(ssh_access="adopt", pam_manage=True, pam_adopt_module="/nonexistent/security/pam_slurm_adopt.so")
+    ret = node.minion.apply("epilog.pam", test=True)
+    assert not ret.ok and "epilog:pam_adopt_module ('/nonexistent/security/pam_slurm_adopt.so') is not a file" \
+        in ret.text, ret
+    node.set_pillar(ssh_access="adopt")
+    off = node.minion.apply("epilog.pam", test=True)
+    assert off.ok and not off.changed(), off
+
+
 def test_the_module_answers_right_after_the_first_apply(salt_factories, accounts, tmp_path):
     """A minion that has only what it synced (no module_dirs), through
     salt-call (each a new process, as a minion's job is): the first apply

@@ -197,8 +197,22 @@ def cgroup_slurm(munge, accounts, slurm_release):
         yield s
 
 
+@pytest.fixture(scope="module")
+def tmpfs_slurm(munge, accounts, slurm_release):
+    """The slurm fixture's Slurm with job_container/tmpfs (BasePath under
+    its own directory, job-tmp). slurmd must run in the initial mount
+    namespace: in a nested one the plugin's mounts fail on this kernel."""
+    try:  # where PID 1's namespace can be read (it cannot on every machine)
+        initial = os.readlink("/proc/self/ns/mnt") == os.readlink("/proc/1/ns/mnt")
+    except PermissionError:
+        initial = True
+    require(initial, "the tests in the initial mount namespace (job_container/tmpfs mounts there)")
+    with running_slurm(slurm_release, tmpfs=True) as s:
+        yield s
+
+
 @contextlib.contextmanager
-def running_slurm(slurm_release, cgroup=False):
+def running_slurm(slurm_release, cgroup=False, tmpfs=False):
     sbin, bin_dir = SLURMS[slurm_release]["sbin"], SLURMS[slurm_release]["bin"]
     how = "bash .ci/slurm-24.11" if slurm_release == "24.11" else "bash .ci/setup"
     for tool in (sbin / "slurmctld", sbin / "slurmd", *(bin_dir / t for t in ("srun", "sbatch", "scontrol", "sinfo"))):
@@ -243,13 +257,17 @@ SlurmdPidFile={base}/run/slurmd.pid
 Epilog={site_epilog}
 Epilog={chain.conf_dir}/epilog.sh
 Prolog={chain.conf_dir}/prolog.sh
-PrologFlags={"Contain" if cgroup else "Alloc"}
+PrologFlags={"Contain" if cgroup or tmpfs else "Alloc"}
 PrologEpilogTimeout=120
 NodeName={HOST} CPUs={os.cpu_count()} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
     if cgroup:
         (base / "cgroup.conf").write_text(CGROUP_CONF)
+    if tmpfs:
+        with conf.open("a") as handle:
+            handle.write("JobContainerType=job_container/tmpfs\n")
+        (base / "job_container.conf").write_text(f"AutoBasePath=true\nBasePath={base}/job-tmp\n")
     s = Slurm(base, chain, slurm_release)
     try:
         s.cmd(str(sbin / "slurmctld"))
@@ -324,10 +342,13 @@ class Sshd:
     """A real sshd on 127.0.0.1 with key logins for opal and alice. With
     ALLOW_FILE, it runs in a mount namespace whose /etc/pam.d/sshd starts
     the account stack with pam_listfile on that file, as sites restrict ssh
-    to the users with a job on the node (the file the prolog and 39 edit)."""
+    to the users with a job on the node (the file the prolog and 39 edit).
+    PREFIX runs it in another context (a mount namespace), with ENV; with
+    KEYS_DIR (a directory only root can write, as sshd's StrictModes wants),
+    root logs in too, by a key file there rather than in any home."""
 
-    def __init__(self, base, port, allow_file=None):
-        self.base, self.port = base, port
+    def __init__(self, base, port, allow_file=None, prefix=(), env=None, keys_dir=None):
+        self.base, self.port, self.keys_dir = base, port, keys_dir
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(base / "host_key")], check=True)
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(base / "client_key")], check=True)
         pub = (base / "client_key.pub").read_text()
@@ -353,14 +374,19 @@ PubkeyAuthentication yes
 UsePAM yes
 MaxStartups 100
 """)
-        command = ["/usr/sbin/sshd", "-f", str(conf)]
+        if keys_dir is not None:
+            keys_dir.mkdir(mode=0o755, exist_ok=True)
+            (keys_dir / "authorized_keys").write_text(pub)
+            with conf.open("a") as handle:
+                handle.write(f"AuthorizedKeysFile {keys_dir}/authorized_keys\nPermitRootLogin prohibit-password\n")
+        command = [*prefix, "/usr/sbin/sshd", "-f", str(conf)]
         if allow_file is not None:
             pam = base / "pam.d-sshd"
             pam.write_text(f"account required pam_listfile.so item=user sense=allow file={allow_file} onerr=fail\n"
                            + Path("/etc/pam.d/sshd").read_text())
             command = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                        f'mount --bind {pam} /etc/pam.d/sshd && exec "$@"', "sh", *command]
-        subprocess.run(command, check=True)
+        subprocess.run(command, check=True, env=env)
         wait_for(lambda: not port_free(port), 10, what=f"sshd to listen on {port}")
 
     def __call__(self, user, command):
@@ -371,8 +397,20 @@ MaxStartups 100
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
 
+    def login(self, user, command="echo in", timeout=60):
+        """(exit status, stdout, stderr) of one ssh login of USER."""
+        proc = self(user, command)
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err
+
+    def logs_in(self, user):
+        status, out, _ = self.login(user)
+        return status == 0 and out == "in\n"
+
     def stop(self):
         stop_pidfile(self.base / "sshd.pid")
+        if self.keys_dir is not None:
+            shutil.rmtree(self.keys_dir, ignore_errors=True)
 
 
 def start_sshd(tmp_path_factory, name, port, allow_file=None):

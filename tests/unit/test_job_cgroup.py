@@ -63,3 +63,13 @@ def test_the_report_and_metrics_tell_strays_from_a_jobs_processes():
     back = records.read_metrics(text.encode())
     assert back['epilog_processes_signalled_total{where="stray"}'] == 3
     assert back['epilog_processes_signalled_total{where="job_cgroup"}'] == 0
+
+
+evidence = node("evidence")
+
+
+def test_a_basepath_job_directory_of_no_running_job_is_stale():
+    entries = {"/jc": ["12", "vm", "lost+found"], "/jc/vm": ["7", "8", ".ns", "x9"]}
+    assert evidence.stale_job_dirs("/jc", "vm", entries, {"7", "12"}) == ["/jc/vm/8"]
+    assert evidence.stale_job_dirs("/jc/", "vm", {"/jc/": ["3"]}, set()) == ["/jc/3"]
+    assert evidence.stale_job_dirs("/jc", "vm", {}, set()) == []

@@ -124,3 +124,68 @@ def test_pam_slurm_adopts_testing_defaults_are_noted(tmp_path):
     lines, _ = stack(tmp_path, "account required pam_slurm_adopt.so action_adopt_failure=deny\n")
     problems, notes = pam.judge(lines, "adopt", ALLOW, ["root"])
     assert problems == [] and len(notes) == 1 and "action_generic_failure is unset" in notes[0], notes
+
+
+# -- the lines epilog.pam lays down -----------------------------------------------
+DEBIAN_SSHD = ("# PAM configuration for the Secure Shell service\n@include common-auth\n"
+               "account    required     pam_nologin.so\n@include common-account\n"
+               "session [success=ok ignore=ignore module_unknown=ignore default=bad] pam_selinux.so close\n"
+               "@include common-session\n@include common-password\n")
+BLOCK = pam.block("/etc/security/slurm-operators", "/lib/security/pam_slurm_adopt.so")
+
+
+def test_the_block_goes_after_the_last_account_line_and_comes_out_again_byte_for_byte():
+    placed = pam.place(DEBIAN_SSHD, BLOCK)
+    lines = placed.split("\n")
+    at = lines.index("@include common-account")
+    assert lines[at + 1:at + 5] == BLOCK and lines[at + 5].startswith("session")
+    assert pam.place(placed, BLOCK) == placed, "placing again changes nothing"
+    assert pam.unplace(placed) == DEBIAN_SSHD
+    moved = pam.place(placed, pam.block("/etc/security/ops", "/lib/security/pam_slurm_adopt.so"))
+    assert moved.count(pam.BEGIN) == 1 and "file=/etc/security/ops" in moved
+
+
+def test_the_placed_stack_admits_the_operators_and_adopts_everyone_else(tmp_path):
+    (tmp_path / "common-account").write_text(DEBIAN_COMMON)
+    for name in ("common-auth", "common-session", "common-password"):
+        (tmp_path / name).write_text("")
+    lines, problems = pam.account_stack("sshd", pam_dir=str(tmp_path), text=pam.place(DEBIAN_SSHD, BLOCK))
+    assert problems == [] and [line.module for line in lines][-2:] == ["pam_listfile", "pam_slurm_adopt"]
+    ops = ["root", "opal"]
+    assert pam.judge(lines, "adopt", ALLOW, ops, lists={"/etc/security/slurm-operators": ops}) == ([], [])
+    judged, _ = pam.judge(lines, "adopt", ALLOW, [*ops, "je.kim"], lists={"/etc/security/slurm-operators": ops})
+    assert judged and "je.kim" in judged[0]
+
+
+@pytest.mark.parametrize("text, why", [
+    ("auth required pam_env.so\n", "no account line"),
+    (DEBIAN_SSHD + "account required pam_slurm_adopt.so\n", "pam_slurm_adopt line of its own"),
+    (DEBIAN_SSHD + "account required /usr/lib64/security/pam_slurm_adopt.so \\\n  action_no_jobs=deny\n",
+     "pam_slurm_adopt line of its own"),
+    (pam.BEGIN + "\n" + DEBIAN_SSHD, "not one whole block"),
+    (DEBIAN_SSHD + pam.END + "\n" + pam.BEGIN + "\n", "not one whole block"),
+    ("\n".join(BLOCK * 2) + "\n" + DEBIAN_SSHD, "not one whole block"),
+])
+def test_a_file_that_cannot_take_the_block_safely_is_refused(text, why):
+    with pytest.raises(pam.PlaceError, match=why):
+        pam.place(text, BLOCK)
+
+
+def test_a_continued_account_line_is_not_split():
+    text = "account required pam_access.so \\\n  accessfile=/etc/x\nsession required pam_unix.so\n"
+    assert pam.place(text, BLOCK).split("\n")[2:6] == BLOCK
+
+
+def test_adoption_says_whose_sessions_pam_slurm_adopt_takes_into_the_job(tmp_path):
+    ops = operators_file(tmp_path, ["opal"], mode=0o600)
+    listfile = f"account sufficient pam_listfile.so item=user sense=allow onerr=fail file={ops}\n"
+    lines, _ = stack(tmp_path, "@include common-account\n" + listfile + ADOPT + "\n")
+    assert pam.adoption(lines, "opal")[0] is False and "admitted before" in pam.adoption(lines, "opal")[1]
+    assert pam.adoption(lines, "alice")[0] is True
+    assert pam.adoption(lines, "root")[0] is False
+    rootless, _ = stack(tmp_path, ADOPT + " ignore_root=0\n")
+    assert pam.adoption(rootless, "root")[0] is True
+    unreadable, _ = stack(tmp_path, "account sufficient pam_access.so\n" + ADOPT + "\n")
+    assert pam.adoption(unreadable, "opal")[0] is None
+    none, _ = stack(tmp_path, "@include common-account\n")
+    assert pam.adoption(none, "alice")[0] is False

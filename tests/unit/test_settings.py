@@ -65,10 +65,13 @@ def test_the_defaults_are_the_settings_of_an_empty_pillar(tmp_path):
     assert out["rules"] == RULES
     # and the module's names of what the states lay down are layout.yaml's
     assert out["layout"] == LAYOUT
-    assert {key: out["settings"][key] for key in DEFAULTS} == DEFAULTS
-    # the package names are in no release's settings (they differ per family)
-    assert "pkgs" not in out["settings"]
+    family = ("pkgs", "pam_adopt_module")
+    assert {key: out["settings"][key] for key in DEFAULTS if key not in family} == \
+        {key: value for key, value in DEFAULTS.items() if key not in family}
+    # what differs per family is in no release's settings
+    assert not set(family) & set(out["settings"])
     assert merged(tmp_path, {})["pkgs"] == ["python3"]
+    assert merged(tmp_path, {})["pam_adopt_module"] == DEFAULTS["pam_adopt_module"]
 
 
 def test_the_pillar_over_lookup_over_the_family_over_the_defaults(tmp_path):
@@ -94,6 +97,11 @@ def test_the_pillar_over_lookup_over_the_family_over_the_defaults(tmp_path):
     ({"ssh_access": "pam"}, "epilog:ssh_access ('pam') must be one of listfile, adopt, none"),
     ({"ssh_access": None}, "epilog:ssh_access (None) must be one of listfile, adopt, none"),
     ({"ssh_access": ["adopt"]}, "epilog:ssh_access (['adopt']) must be one of"),
+    ({"pam_manage": "yes"}, "epilog:pam_manage ('yes') must be true or false"),
+    ({"pam_manage": True}, "epilog:pam_manage is true, but epilog:ssh_access is listfile"),
+    ({"pam_manage": True, "ssh_access": "adopt", "pam_operators_file": "/etc/localusers"},
+     "epilog:pam_operators_file ('/etc/localusers') is also epilog:ssh_allow_file"),
+    ({"pam_adopt_module": "pam_slurm_adopt.so"}, "epilog:pam_adopt_module ('pam_slurm_adopt.so') must be an absolute"),
     ({"log_file": "relative/epilog.log"}, "epilog:log_file ('relative/epilog.log') must be an absolute path"),
     ({"run_dir": "/run/../etc"}, "epilog:run_dir ('/run/../etc') must be an absolute path"),
     ({"slurm_config_dir": "/etc/slurm conf"}, "epilog:slurm_config_dir ('/etc/slurm conf') must be"),

@@ -318,3 +318,17 @@ class NodeFacts:
         if self._squeue is None:
             self._squeue = self.run.squeue()
         return self._squeue
+
+
+def stale_job_dirs(base, node, entries, running):
+    """job_container/tmpfs (namespace/tmpfs) keeps each job's /tmp and
+    /dev/shm in a directory named by its job id, under BASE or BASE/NODE
+    (ENTRIES: {directory: [names in it]}). Those of no job in RUNNING (the
+    job ids of the spool's step sockets) are stale: a failed launch or
+    teardown left them, and no job end removes them. Returns their paths."""
+    stale = []
+    for top in (base, base.rstrip("/") + "/" + node):
+        for name in sorted(entries.get(top) or ()):
+            if system.digits(name) and name not in running:
+                stale.append(top.rstrip("/") + "/" + name)
+    return stale

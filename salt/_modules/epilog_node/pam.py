@@ -89,10 +89,11 @@ def _lines(data):
     return out
 
 
-def account_stack(service, pam_dir=PAM_DIR):
+def account_stack(service, pam_dir=PAM_DIR, text=None):
     """(lines, problems): SERVICE's account lines in the order libpam runs
-    them, what it includes expanded; problems name what could not be read."""
-    lines, problems, seen = [], [], []
+    them, what it includes expanded; problems name what could not be read.
+    TEXT: SERVICE's own file as it would be (what it includes is read)."""
+    lines, problems, seen, own = [], [], [], text
 
     def walk(name, only_account, depth):
         path = name if name.startswith("/") else os.path.join(pam_dir, name)
@@ -101,7 +102,7 @@ def account_stack(service, pam_dir=PAM_DIR):
             return
         seen.append(path)
         try:
-            data = _read(path)
+            data = own if depth == 0 and own is not None else _read(path)
         except (OSError, UnicodeDecodeError) as exc:
             problems.append("%s cannot be read: %s" % (path, exc))
             return
@@ -148,9 +149,11 @@ def _admits(line):
             and line.arg("file") is not None)
 
 
-def judge(lines, access, allow_file, operators):
+def judge(lines, access, allow_file, operators, lists=None):
     """(problems, notes) of the account LINES under epilog:ssh_access
-    ACCESS, with the chain's ALLOW_FILE and the listed OPERATORS."""
+    ACCESS, with the chain's ALLOW_FILE and the listed OPERATORS. LISTS:
+    {path: names} of list files as they will be (not read)."""
+    lists = lists or {}
     problems, notes = [], []
     adopt = next((i for i, line in enumerate(lines) if line.module == ADOPT), None)
     before = lines[:adopt] if adopt is not None else lines
@@ -174,7 +177,8 @@ def judge(lines, access, allow_file, operators):
                 if not earlier.ends_on_success:
                     continue
                 if _admits(earlier):
-                    names = _listed(earlier.arg("file"))
+                    path = earlier.arg("file")
+                    names = set(lists[path]) if path in lists else _listed(path)
                     if names is None:
                         unknown = True
                     else:
@@ -195,3 +199,91 @@ def judge(lines, access, allow_file, operators):
                     notes.append("%r: %s is %s, its testing default: set %s=%s" % (
                         line, key, line.arg(key) or "unset", key, want))
     return problems, notes
+
+
+def adoption(lines, user):
+    """(adopted, why) of USER's ssh logins under the account LINES: True
+    when pam_slurm_adopt adopts them into USER's job on the node (so Slurm
+    ends them with it, whoever the chain spares), False when it never sees
+    them (no pam_slurm_adopt, root under ignore_root, or a sufficient line
+    before it that admits USER), None when it cannot tell (a sufficient
+    line before it whose answer this cannot read)."""
+    adopt = next((i for i, line in enumerate(lines) if line.module == ADOPT), None)
+    if adopt is None:
+        return False, "sshd's PAM stack has no pam_slurm_adopt line"
+    line = lines[adopt]
+    if user == "root" and line.arg("ignore_root", "1") != "0":
+        return False, "pam_slurm_adopt leaves root alone (ignore_root): %r" % line
+    unknown = None
+    for earlier in lines[:adopt]:
+        if not earlier.ends_on_success:
+            continue
+        names = _listed(earlier.arg("file")) if _admits(earlier) else None
+        if names is not None and user in names:
+            return False, "admitted before pam_slurm_adopt by %r" % earlier
+        if names is None and unknown is None:
+            unknown = earlier
+    if unknown is not None:
+        return None, "%r, before pam_slurm_adopt, may admit them; this cannot tell" % unknown
+    return True, "adopted into their job on this node by %r" % line
+
+
+# -- the account lines epilog.pam lays down ---------------------------------------
+BEGIN = "# BEGIN epilog formula: laid down by Salt (state epilog.pam); set epilog:pam_* in the pillar, not here"
+END = "# END epilog formula"
+
+
+def block(operators_file, adopt_module):
+    """The formula's account lines: the operators' list admits them first
+    (pam_listfile refuses a list that is a symlink or writable by others:
+    the state lays it down root's, 0600), then pam_slurm_adopt adopts every
+    other login into the user's job on the node, or denies it, failures
+    denied too (its testing defaults would let them in)."""
+    return [BEGIN,
+            "account sufficient pam_listfile.so item=user sense=allow onerr=fail file=%s" % operators_file,
+            "account required %s action_adopt_failure=deny action_generic_failure=deny" % adopt_module,
+            END]
+
+
+class PlaceError(ValueError):
+    """The service file cannot take the formula's lines safely."""
+
+
+def unplace(text):
+    """TEXT without the formula's lines (from BEGIN to END); an END
+    missing, or a BEGIN twice, is a PlaceError: the file was edited by
+    hand, and no line of it is guessed at."""
+    lines = text.split("\n")
+    begins = [i for i, line in enumerate(lines) if line.strip() == BEGIN]
+    ends = [i for i, line in enumerate(lines) if line.strip() == END]
+    if not begins and not ends:
+        return text
+    if len(begins) != 1 or len(ends) != 1 or ends[0] < begins[0]:
+        raise PlaceError("the formula's lines (%r ... %r) are not one whole block: fix the file by hand"
+                         % (BEGIN, END))
+    return "\n".join(lines[:begins[0]] + lines[ends[0] + 1:])
+
+
+def place(text, lines):
+    """TEXT (a service's PAM file) with the formula's LINES right after its
+    last account line (an "account ..." line, or "@include common-account"):
+    pam_slurm_adopt is to be the last of the account stack. Any earlier
+    block of the formula's is replaced; a pam_slurm_adopt line of the
+    site's own, or no account line, is a PlaceError."""
+    rest = unplace(text).split("\n")
+    last, i = None, 0
+    while i < len(rest):
+        start, logical = i, rest[i].split("#", 1)[0].rstrip()
+        while logical.endswith("\\") and i + 1 < len(rest):  # a line continued on the next
+            i += 1
+            logical = logical[:-1] + " " + rest[i].split("#", 1)[0].rstrip()
+        fields = _split(logical.replace("\t", " "))
+        if fields and (fields[0].lstrip("-").lower() == "account" or fields[:2] == ["@include", "common-account"]):
+            last = i
+            if len(fields) > 2 and _module(fields[2]) == ADOPT:
+                raise PlaceError("line %d has a pam_slurm_adopt line of its own (%s): remove it, or leave "
+                                 "epilog:pam_manage off" % (start + 1, logical.strip()))
+        i += 1
+    if last is None:
+        raise PlaceError("it has no account line (nor @include common-account) to put the formula's after")
+    return "\n".join(rest[:last + 1] + list(lines) + rest[last + 1:])

@@ -211,6 +211,9 @@ ROUNDS, SECONDS, PATIENCE = 50, 5, 30
 # of their own, so none reaches another, and none waits for another.
 KILL_LOCK = "kill.lock"
 KILL_SLOTS = 16
+# The processes whose cgroup the record reads before the first round: the
+# read costs as much as the scan's own, and a fork loop gains that time.
+CLASSIFY_MAX = 1000
 
 
 def some(found):
@@ -326,8 +329,9 @@ def kill_uid(uid, user, until=None, x=None):
 
     Before each round it reads its uids back from the kernel and sends
     nothing unless they are exactly effective UID, real X, saved 0. Returns
-    a Killed, whose jobs maps each process first seen that is in a Slurm
-    job's cgroup to its job; the process is root again when it returns."""
+    a Killed, whose jobs maps each process first seen (the first
+    CLASSIFY_MAX of them) that is in a Slurm job's cgroup to its job; the
+    process is root again when it returns."""
     if not isinstance(uid, int) or not 1 <= uid <= system.UID_MAX_REAL:
         return Killed("failed", 0, [], [], "uid %r is not one from 1 to 4294967294" % (uid,), {})
     if x is None:
@@ -344,7 +348,7 @@ def kill_uid(uid, user, until=None, x=None):
     # job's, which Slurm kills), and which run outside any job: for the
     # record alone. kill(-1) reaches both alike.
     jobs = {}
-    for entry in seen:
+    for entry in seen[:CLASSIFY_MAX]:
         job = system.job_cgroup(entry.split("(", 1)[0], uid)
         if job is not None:
             jobs[entry] = job
@@ -460,9 +464,9 @@ def kill(ctx):
                 os.close(fd)
         if result.outcome != "refused":
             break
-    in_job = len(result.jobs)
+    in_job, classified = len(result.jobs), min(len(result.signalled), CLASSIFY_MAX)
     ctx.fact("kill", {"outcome": result.outcome, "signalled": len(result.signalled),
-                      "strays": len(result.signalled) - in_job, "in_job_cgroup": in_job})
+                      "strays": classified - in_job, "in_job_cgroup": in_job})
     signalled = some(result.signalled)
     if in_job:
         # Under proctrack/cgroup Slurm ends what is in the job's cgroup before

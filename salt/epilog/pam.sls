@@ -1,0 +1,52 @@
+{#- sshd's account lines under epilog:ssh_access adopt, when the pillar asks
+    for them (epilog:pam_manage): the operators' list, then the lines in
+    /etc/pam.d/sshd, in that order, so that after each step root and the
+    operators can still log in. epilog.pam_file builds the new sshd file and
+    judges the stack it makes before anything is written: a stack that would
+    lock out an operator fails the render, and nothing changes. Each file
+    keeps a backup in the minion's cache (file.list_backups). With
+    pam_manage off, this takes the formula's lines out of /etc/pam.d/sshd
+    again, and touches nothing else.
+      salt 'slurm-work-*' state.apply epilog.pam test=True #}
+{%- set tplroot = tpldir.split('/')[0] %}
+{%- from tplroot ~ "/map.jinja" import epilog with context %}
+{%- set sshd = salt['epilog.pam_file']() %}
+{%- set nl = '
+' %}
+{%- if epilog.pam_manage %}
+
+epilog-pam-operators-file-managed:
+  file.managed:
+    - name: {{ epilog.pam_operators_file | json }}
+    - contents: {{ epilog.localusers | join(nl) | json }}
+    - user: root
+    - group: root
+    - mode: '0600'
+    - follow_symlinks: False
+    - backup: minion
+
+epilog-pam-sshd-file-managed:
+  file.managed:
+    - name: /etc/pam.d/sshd
+    - contents: {{ sshd | json }}
+    - user: root
+    - group: root
+    - mode: '0644'
+    - follow_symlinks: False
+    - backup: minion
+    - require:
+      - file: epilog-pam-operators-file-managed
+{%- elif salt['file.file_exists']('/etc/pam.d/sshd') and sshd != salt['file.read']('/etc/pam.d/sshd') %}
+
+epilog-pam-sshd-file-managed:
+  file.managed:
+    - name: /etc/pam.d/sshd
+    - contents: {{ sshd | json }}
+    - follow_symlinks: False
+    - backup: minion
+{%- else %}
+
+epilog-pam-sshd-test-nop:
+  test.nop:
+    - name: epilog:pam_manage is off and /etc/pam.d/sshd holds none of the formula's lines
+{%- endif %}
