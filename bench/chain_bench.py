@@ -5,9 +5,9 @@ Run as root from the repo root:  .venv/bin/python bench/chain_bench.py [--runs 3
 
 What it does, all in one run:
   * lays the chain down with the real state (salt-call --local) into a sandbox,
-    and beside it the chain of the formula before the node program (git
-    revision BASH_CHAIN, its runner and parts in bash, exported with git
-    archive and laid down by its own state);
+    and beside it the chain of the formula before the node program (its
+    runner and parts in bash: the last revision with BASH_RUNNER, exported
+    with git archive and laid down by its own state);
   * re-runs itself in a private mount namespace with a fresh tmpfs on /tmp
     holding 200 files of other users (an idle node's /tmp; the host's /tmp is
     never touched);
@@ -16,7 +16,7 @@ What it does, all in one run:
     bare environment slurmd gives (no PATH). SLURM_CONF points nowhere, so a
     controller RPC could not succeed: the decision must be node-local;
   * baselines in the same run, interleaved run by run with ours: the
-    seed's pre-fix parts (grep -w guard, killall -9 -u, sed -i "/$user/d",
+    parts sites commonly run (grep -w guard, killall -9 -u, sed -i "/$user/d",
     find -user -exec rm) run in a run-parts loop with logger calls, as sites
     run them today (the bar: ours at or below it); the bash chain before the
     node program; ours with the metrics textfile on; the process floors
@@ -41,8 +41,16 @@ USER = "alice"
 # the chain kills every process of it.
 USER_UID = 50101
 # The formula as it was before the node program: its runner and parts in
-# Jinja-rendered bash, with a Perl sender in part 40.
-BASH_CHAIN = "910fbfc"
+# Jinja-rendered bash, with a Perl sender in part 40. Found in the history as
+# the parent of the commit that removed its runner template.
+BASH_RUNNER = "salt/epilog/files/runner.sh.jinja"
+
+
+def bash_chain_revision():
+    removed = sh("git", "-C", str(REPO), "rev-list", "-1", "HEAD", "--", BASH_RUNNER).stdout.strip()
+    if not removed:
+        sys.exit(f"no commit removed {BASH_RUNNER}: a clone with its history is needed (git clone, not a shallow one)")
+    return sh("git", "-C", str(REPO), "rev-parse", "--short", removed + "^").stdout.strip()
 
 SEED_PARTS = {
     "40-lastuserjob-processes": r'''#!/bin/bash
@@ -168,7 +176,7 @@ def inner(sandbox, runs):
             return
         killed[name] = killed.get(name, 0) + 1
 
-    # The seed's pre-fix parts in a run-parts loop.
+    # The parts sites commonly run, in a run-parts loop.
     seed = sandbox / "seed"
     (seed / "epilog.d").mkdir(parents=True)
     shutil.copy(ours / "localusers.backup", seed / "localusers.backup")
@@ -217,7 +225,7 @@ def inner(sandbox, runs):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--bash-chain", default=BASH_CHAIN, help="the git revision of the bash chain")
+    parser.add_argument("--bash-chain", help="the git revision of the bash chain (default: the last with its runner)")
     parser.add_argument("--inner", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
@@ -225,6 +233,7 @@ def main():
         return
     if os.geteuid() != 0:
         sys.exit("run as root: the epilog runs as root")
+    args.bash_chain = args.bash_chain or bash_chain_revision()
     try:
         pwd.getpwnam(USER)
     except KeyError:
@@ -252,7 +261,7 @@ def main():
     print(f"  {'':40} {'median':>9} {'p90':>9} {'min':>9}")
     for name, s in (("this formula's epilog.sh", ours), ("ours, metrics_file on", result["ours_with_metrics"]),
                     (f"the bash chain ({args.bash_chain})", bash_chain),
-                    ("seed's pre-fix chain (the bar)", seed), ("bash -c : (process floor)", result["bash_floor"]),
+                    ("sites' common parts (the bar)", seed), ("bash -c : (process floor)", result["bash_floor"]),
                     ("python3 -ISB -c pass (python's floor)", result["python_floor"])):
         print(f"  {name:40} {s['median_ms']:>7.2f}ms {s['p90_ms']:>7.2f}ms {s['min_ms']:>7.2f}ms")
     print(f"  ours/seed {ours['median_ms'] / seed['median_ms']:.2f}x (bar: at or below 1.00x: "

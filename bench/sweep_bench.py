@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The residue sweep against the seed's method, one fuser per socket.
+"""The residue sweep against the common method, one fuser per socket.
 
 Run as root from the repo root:  .venv/bin/python bench/sweep_bench.py [--sizes 300:300,1000:1000]
 
@@ -9,7 +9,7 @@ N/10 stale locks, N dead /tmp/clsbd.<user>.<pid> files, and P idle processes
 (sleep, as an ordinary user, on top of what the machine runs). Then, each on
 freshly planted residue, in the same run:
 
-  baseline  the seed's method (SOP section 5, step 2): a bash loop with one
+  baseline  the method sites' SOPs give (clean up after a crashed X server): a bash loop with one
             fuser per socket (x_socket_in_use), kill -0 for each lock and
             clsbd pid, rm -f per entry;
   floor     the least any sweep can do (FLOOR below, with the system
@@ -50,7 +50,7 @@ USER = "alice"
 # the chain kills every process of it.
 USER_UID = 50101
 
-# The seed's cleanup section, as the SOP describes it (fuser first, ss as a
+# The common cleanup, as sites' SOPs describe it (fuser first, ss as a
 # fallback, keep when neither exists), written out here as the baseline.
 BASELINE = r'''#!/bin/bash
 x_socket_in_use() {

@@ -1,5 +1,6 @@
 """Shared helpers for the epilog formula's tests: real accounts, real processes,
 the chain laid down by the real state, and the environment slurmd gives."""
+import contextlib
 import json
 import os
 import pwd
@@ -8,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from importlib.util import module_from_spec, spec_from_file_location
 from pathlib import Path
@@ -443,3 +445,30 @@ def load_file(path, name):
     module = module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@contextlib.contextmanager
+def mount_namespace(fresh=(), copied=()):
+    """A private mount namespace, held open by a process while the block
+    runs: a fresh tmpfs (0755) on each directory of FRESH, and on each of
+    COPIED a tmpfs holding a copy of what the node has there, so whatever
+    runs in it writes none of the node's own. Yields the command prefix
+    (nsenter) that runs a command in it."""
+    require_tools("unshare", "nsenter")
+    saved = Path(tempfile.mkdtemp(prefix="epilog-ns-", dir="/var/tmp"))
+    script = []
+    for i, directory in enumerate(copied):
+        shutil.copytree(directory, saved / str(i), symlinks=True)
+        script.append(f'mount -t tmpfs -o mode=0755 epilog-ns "{directory}" && cp -a "{saved}/{i}/." "{directory}/"')
+    script += [f'mount -t tmpfs -o mode=0755 epilog-ns "{directory}"' for directory in fresh]
+    holder = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         " && ".join([*script, "echo ready"]) + " && exec sleep 3600"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "ready\n", "the mount namespace was not made"
+        yield ["nsenter", f"--target={holder.pid}", "--mount", "--"]
+    finally:
+        holder.kill()
+        holder.wait()
+        shutil.rmtree(saved, ignore_errors=True)

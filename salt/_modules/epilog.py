@@ -69,7 +69,7 @@ def _synced():
 _node, _NODE_MISSING = _synced()
 if _node is not None:
     _trust = _node.system.Trust
-    bound_socket_files = _node.sweep.bound_socket_files
+    _bound_socket_files = _node.sweep.bound_socket_files
 
 
 def _root_only(directory):
@@ -593,11 +593,12 @@ def verify(expect=None):
     - each managed file's content, owner and mode equal what ``state.apply
       epilog`` would lay down now (a ``test=True`` run of the state);
     - root owns each file, group and others cannot write it, scripts are
-      executable and pass ``bash -n``;
+      executable and compile as the Python /usr/bin/python3 runs;
     - ``localusers.backup`` is readable and holds exactly the pillar list;
-    - the tools the parts run are on the PATH the parts set;
-    - slurm.conf's ``Epilog=`` points at the laid-down ``epilog.sh``, when
-      slurm.conf is readable.
+    - the slurm.conf this node's Slurm reads wires the chain (``Epilog=``,
+      ``Prolog=``, ``PrologFlags``, ``SlurmdSpoolDir``, the timeouts), with
+      notes on ``ProctrackType`` and ``job_container/tmpfs``;
+    - sshd's PAM account stack agrees with ``epilog:ssh_access``.
 
     Returns ``result`` (True when nothing is wrong), ``problems`` in plain
     words, each naming its file, ``notes``, the ``checked`` paths, the
@@ -732,7 +733,7 @@ def verify(expect=None):
                             "cannot tell whether a job's uid is theirs, so no job end acts here (make the account, "
                             "or take the name off the list)")
 
-    if bound_socket_files() is None:
+    if _bound_socket_files() is None:
         problems.append("the kernel's unix socket diagnostics (NETLINK_SOCK_DIAG) cannot be read: the sweep "
                         "cannot tell whether an X socket is held, and keeps them all")
     for key, what in (("log_file", "the parts never open the log"), ("ssh_allow_file", "39 and 50 leave it alone"),
@@ -825,17 +826,15 @@ def _job_container_notes(conf, found, settings):
              "namespace writes there: an ssh session pam_slurm_adopt did not adopt, a stray), never a job's"]
     container_conf = os.path.join(os.path.dirname(conf), "job_container.conf")
     node = socket.gethostname().split(".")[0]
-    bases = []
-    try:
-        with open(container_conf, encoding="utf-8", errors="replace") as handle:
-            for line in handle.read(1 << 20).splitlines():
-                pairs = {key.lower(): quoted or plain for key, quoted, plain in
-                         _CONF_PAIR.findall(line.split("#", 1)[0])}
-                if pairs.get("basepath"):
-                    bases.append(pairs["basepath"].replace("%n", node))
-    except OSError as exc:
-        return [*notes, f"{container_conf} cannot be read ({exc.strerror}): its BasePath is not checked for stale "
-                        "job directories"]
+    if not _root_only(os.path.dirname(container_conf)):
+        return [*notes, f"{os.path.dirname(container_conf)} is not a directory only root can write (a configless "
+                        "cache in the spool?): its job_container.conf is not trusted for BasePath, and stale job "
+                        "directories are not looked for"]
+    # read as slurm.conf is: never blocking on a FIFO, a regular file only
+    values, _, problems = parse_slurm_conf(container_conf)
+    if problems:
+        return [*notes, f"{'; '.join(problems)}: BasePath is not checked for stale job directories"]
+    bases = [value.replace("%n", node) for value in values.get("basepath", []) if value]
     # BasePath first, then the spool: a job that starts in between is in
     # neither; one that ends in between looks stale only until Slurm removes it
     listed = {}
@@ -843,19 +842,36 @@ def _job_container_notes(conf, found, settings):
         entries = listed[base] = {}
         for top in (base, os.path.join(base, node)):
             try:
-                entries[top] = [name for name in os.listdir(top) if os.path.isdir(os.path.join(top, name))
-                                and not os.path.islink(os.path.join(top, name))]
+                names = os.listdir(top)[:4096]
             except OSError:
-                pass
+                continue
+            entries[top] = []
+            for name in names:
+                if not name.isdigit():  # a job's directory is its id: nothing else is stat'ed
+                    continue
+                try:
+                    if stat.S_ISDIR(os.lstat(os.path.join(top, name)).st_mode):
+                        entries[top].append(name)
+                except OSError:
+                    pass
     spool = settings["slurmd_spool_dir"]
     if not _root_only(spool):
         return [*notes, f"{spool} is not a directory only root can write: which jobs run here cannot be told, and "
                         "BasePath is not checked for stale job directories"]
     try:
-        running = {name.rsplit("_", 1)[1].split(".", 1)[0] for name in os.listdir(spool)
-                   if "_" in name and "." in name and stat.S_ISSOCK(os.lstat(os.path.join(spool, name)).st_mode)}
+        names = os.listdir(spool)
     except OSError as exc:
         return [*notes, f"{spool} cannot be read ({exc.strerror}): BasePath is not checked for stale job directories"]
+    running = set()
+    for name in names:
+        if "_" not in name or "." not in name:
+            continue
+        try:
+            socket_file = stat.S_ISSOCK(os.lstat(os.path.join(spool, name)).st_mode)
+        except OSError:  # a step that ended meanwhile
+            continue
+        if socket_file:
+            running.add(name.rsplit("_", 1)[1].split(".", 1)[0])
     for base, entries in listed.items():
         stale = _node.evidence.stale_job_dirs(base, node, entries, running)
         if stale:
@@ -879,7 +895,24 @@ def _ssh_access(settings):
         return [], []
     lines, problems = pam.account_stack("sshd")
     judged, notes = pam.judge(lines, access, settings["ssh_allow_file"], settings["localusers"])
+    for line in lines:
+        if line.module == pam.ADOPT and not _pam_module_found(line.path):
+            judged.append(f"{line!r}: {line.path} is not on this node: libpam fails a {line.control} line whose "
+                          "module is missing, and denies every login, root's too")
     return problems + judged, notes
+
+
+# where libpam looks for a module named without a directory
+PAM_MODULE_DIRS = ("/lib/security", "/lib64/security", "/usr/lib/security", "/usr/lib64/security",
+                   "/lib/x86_64-linux-gnu/security", "/usr/lib/x86_64-linux-gnu/security",
+                   "/lib/aarch64-linux-gnu/security", "/usr/lib/aarch64-linux-gnu/security")
+
+
+def _pam_module_found(path):
+    if os.path.isabs(path):
+        return os.path.isfile(path)
+    name = path if path.endswith(".so") else path + ".so"
+    return any(os.path.isfile(os.path.join(directory, name)) for directory in PAM_MODULE_DIRS)
 
 
 def pam_file():
@@ -890,9 +923,10 @@ def pam_file():
     that admits the operators from ``pam_operators_file``, then
     ``pam_adopt_module``); off, the file without them. The stack it would lay
     down is judged first, as epilog.verify judges the live one: any problem
-    (an operator that would not be admitted, a pam_slurm_adopt line of the
-    site's own, a module missing) is an error, and the state, which renders
-    this, fails before anything is written.
+    (an operator that would not be admitted, a line that admits logins past
+    pam_slurm_adopt, a pam_slurm_adopt line of the site's own, a module
+    missing) is an error, and the state, which renders this, fails before
+    anything is written. None: off, and nothing there to take out.
 
     CLI Example:
 
@@ -900,22 +934,36 @@ def pam_file():
 
         salt 'slurm-work-01' epilog.pam_file
     """
-    settings, _ = _settings()
+    settings, rules, _ = _config()
     pam = _node.pam
     service = os.path.join(pam.PAM_DIR, "sshd")
+    manage = settings["pam_manage"]
+    if os.path.islink(service):
+        if not manage:
+            return None
+        raise CommandExecutionError(f"{service} is a symlink: the formula writes only a file of its own there; "
+                                    "replace the link with the file it names, or leave epilog:pam_manage off")
     try:
         text = pam._read(service)  # pylint: disable=protected-access
     except FileNotFoundError:
-        if settings["pam_manage"]:
-            raise CommandExecutionError(f"epilog:pam_manage is on, but {service} is missing (is openssh-server "
-                                        "installed?): no account lines laid down") from None
-        return ""
+        if not manage:
+            return None
+        raise CommandExecutionError(f"epilog:pam_manage is on, but {service} is missing (is openssh-server "
+                                    "installed?): no account lines laid down") from None
     except (OSError, UnicodeDecodeError) as exc:
+        if not manage:
+            return None
         raise CommandExecutionError(f"{service} cannot be read: {exc}") from None
+    if not manage and pam.BEGIN not in text and pam.END not in text:
+        return text  # none of the formula's lines: nothing to take out
+    if any(not (char.isprintable() or char in "\t\n") for char in text):
+        raise CommandExecutionError(f"{service} holds a control or unprintable character: the formula would not "
+                                    "write it back as it is; edit the file by hand first")
     try:
-        if not settings["pam_manage"]:
+        if not manage:
             return pam.unplace(text)
         operators, module = settings["pam_operators_file"], settings["pam_adopt_module"]
+        _check_operators_file(operators, rules)
         # /lib is a symlink to usr/lib on merged-/usr systems: judged where it leads
         real = os.path.realpath(module)
         if not (_root_only(os.path.dirname(real)) and _root_file(real)):
@@ -923,20 +971,52 @@ def pam_file():
                 f"epilog:pam_adopt_module ({module!r}) is not a file of root's that only root can write: a "
                 "required PAM module that is missing denies every login, root's too (install pam_slurm_adopt: "
                 "libpam-slurm-adopt on Debian, slurm-pam_slurm on RHEL)")
-        if not _root_only(os.path.dirname(operators)):
-            raise CommandExecutionError(
-                f"epilog:pam_operators_file ({operators!r}): its directory is not one only root can write, and "
-                "pam_listfile would read whatever another account put there")
         new = pam.place(text, pam.block(operators, module))
     except pam.PlaceError as exc:
         raise CommandExecutionError(f"{service}: {exc}") from None
     lines, problems = pam.account_stack("sshd", text=new)
+    listed = _pam_operators(settings["localusers"])
     judged, _ = pam.judge(lines, "adopt", settings["ssh_allow_file"], settings["localusers"],
-                          lists={operators: settings["localusers"]})
+                          lists={operators: listed})
+    own = pam.LISTFILE, operators
+    judged += [f"{line!r}, before pam_slurm_adopt, admits whom it accepts without adopting them into a job (on a "
+               "stack with pam_localuser, every local account): remove it, or leave epilog:pam_manage off"
+               for line in pam.bypasses(lines) if (line.module, line.arg("file")) != own]
     if problems or judged:
         raise CommandExecutionError(f"{service} with the formula's lines would have problems, so it is left as it "
                                     "is: " + "; ".join(problems + judged))
     return new
+
+
+def _pam_operators(localusers):
+    """The names the operators' list holds (pam.sls lays down the same):
+    root first (pam_slurm_adopt passes root over only while ignore_root is
+    on), then LOCALUSERS."""
+    return ["root"] + [name for name in localusers if name != "root"]
+
+
+def _check_operators_file(path, rules):
+    """PATH may become the operators' list: not a PAM configuration, and,
+    when it exists, a regular file of account names alone (a list this
+    formula laid down), so that no other file (/etc/shadow) is overwritten."""
+    if os.path.dirname(path).rstrip("/") in (_node.pam.PAM_DIR, "/etc/pam.d"):
+        raise CommandExecutionError(f"epilog:pam_operators_file ({path!r}) is in {_node.pam.PAM_DIR}: a list of "
+                                    "names is no PAM configuration")
+    if not _root_only(os.path.dirname(path)):
+        raise CommandExecutionError(
+            f"epilog:pam_operators_file ({path!r}): its directory is not one only root can write, and "
+            "pam_listfile would read whatever another account put there")
+    try:
+        data = _node.pam._read(path)  # pylint: disable=protected-access
+    except FileNotFoundError:
+        return
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CommandExecutionError(f"epilog:pam_operators_file ({path!r}) exists and is not a list this formula "
+                                    f"laid down ({exc}): it is left alone") from None
+    chars = re.compile("[" + rules["account_chars"] + "]+")
+    if os.path.islink(path) or not all(chars.fullmatch(line) for line in data.split("\n") if line):
+        raise CommandExecutionError(f"epilog:pam_operators_file ({path!r}) exists and is not a list of account "
+                                    "names (a file of another use?): it is left alone; name another path")
 
 
 def _ssh_sessions(settings, user, verdict):

@@ -10,7 +10,17 @@
       salt 'slurm-work-*' state.apply epilog.pam test=True #}
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import epilog with context %}
-{%- set sshd = salt['epilog.pam_file']() %}
+{#- epilog.pam_file is the module's: a minion that has not synced it yet
+    (the first apply of epilog syncs it) can hold none of the formula's
+    lines, and needs the sync before it can have them. #}
+{%- if 'epilog.pam_file' in salt %}
+{%-   set sshd = salt['epilog.pam_file']() %}
+{%- elif epilog.pam_manage %}
+{{-   raise('epilog:pam_manage is on, but the epilog module is not on this minion yet: '
+            ~ 'apply epilog once (it syncs the module), or run saltutil.sync_modules, then apply again') }}
+{%- else %}
+{%-   set sshd = none %}
+{%- endif %}
 {%- set nl = '
 ' %}
 {%- if epilog.pam_manage %}
@@ -18,7 +28,7 @@
 epilog-pam-operators-file-managed:
   file.managed:
     - name: {{ epilog.pam_operators_file | json }}
-    - contents: {{ epilog.localusers | join(nl) | json }}
+    - contents: {{ (['root'] + epilog.localusers | reject('equalto', 'root') | list) | join(nl) | json }}
     - user: root
     - group: root
     - mode: '0600'
@@ -36,7 +46,7 @@ epilog-pam-sshd-file-managed:
     - backup: minion
     - require:
       - file: epilog-pam-operators-file-managed
-{%- elif salt['file.file_exists']('/etc/pam.d/sshd') and sshd != salt['file.read']('/etc/pam.d/sshd') %}
+{%- elif sshd is not none and salt['file.file_exists']('/etc/pam.d/sshd') and sshd != salt['file.read']('/etc/pam.d/sshd') %}
 
 epilog-pam-sshd-file-managed:
   file.managed:

@@ -6,14 +6,13 @@ each step of it, root and the listed operator log in; once the lines are
 down, a user with no job is denied, a user with a job is adopted into it,
 and the operator is admitted outside any job and outlives their own job."""
 import os
-import shutil
 import stat
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import SaltCall, kill_all_of, require, require_tools, uid_of, wait_for
+from tests.helpers import SaltCall, kill_all_of, mount_namespace, require, require_tools, uid_of, wait_for
 from tests.salt.conftest import Minion
 from tests.slurm.conftest import OPERATOR, Sshd, port_free
 from tests.slurm.test_slurm_job_end import assert_not_drained
@@ -26,26 +25,13 @@ MODULE = Path("/lib/security/pam_slurm_adopt.so")
 
 
 @pytest.fixture(scope="module")
-def pam_namespace(tmp_path_factory):
+def pam_namespace():
     """The command prefix that enters a mount namespace whose /etc/pam.d and
     /etc/security are tmpfs copies of the node's (the node's own are never
-    written); a process holds it while the module runs."""
-    require_tools("unshare", "nsenter")
+    written)."""
     require(MODULE.is_file(), f"{MODULE} (package libpam-slurm-adopt)")
-    saved = tmp_path_factory.mktemp("pam-saved")
-    for name in ("pam.d", "security"):
-        shutil.copytree(f"/etc/{name}", saved / name, symlinks=True)
-    holder = subprocess.Popen(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-         'for d in pam.d security; do mount -t tmpfs -o mode=0755 "epilog-$d" "/etc/$d" && '
-         'cp -a "$1/$d/." "/etc/$d/" || exit 1; done; echo ready; exec sleep 3600', "sh", str(saved)],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline() == "ready\n", "the PAM namespace was not made"
-        yield ["nsenter", f"--target={holder.pid}", "--mount", "--"]
-    finally:
-        holder.kill()
-        holder.wait()
+    with mount_namespace(copied=("/etc/pam.d", "/etc/security")) as prefix:
+        yield prefix
 
 
 @pytest.fixture(scope="module")

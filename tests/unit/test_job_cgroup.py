@@ -50,15 +50,18 @@ def test_a_process_is_in_the_job_cgroup_that_starts_at_the_root(text, uid, job):
 
 
 def test_the_report_and_metrics_tell_strays_from_a_jobs_processes():
-    kill = {"outcome": "done", "signalled": 5, "strays": 3, "in_job_cgroup": 2}
+    kill = {"outcome": "done", "signalled": 6, "strays": 3, "in_job_cgroup": 2, "in_other_job_cgroup": 1,
+            "unclassified": 0}
     rec = {"v": 1, "stage": "epilog", "node": "n1", "job": 7, "user": "alice", "uid": 50101, "start": 1.8e9,
            "ms": 40, "other": {"answer": "no", "why": ""}, "guard": {"answer": "act", "why": ""}, "warnings": 0,
            "parts": [{"part": "40-lastuserjob-processes", "ran": True, "rc": 0, "ms": 5, "facts": {"kill": kill}}]}
     old = {**rec, "job": 6, "parts": [{"part": "40-lastuserjob-processes", "ran": True, "rc": 0, "ms": 5,
                                        "facts": {"kill": {"outcome": "done", "signalled": 4}}}]}
     out = records.summary([rec, old])
-    assert (out["processes_signalled"], out["strays_signalled"], out["job_cgroup_processes_signalled"]) == (9, 3, 2)
-    assert records.signalled(rec) == {"stray": 3, "job_cgroup": 2} and records.signalled(old) == {}
+    assert (out["processes_signalled"], out["strays_signalled"], out["job_cgroup_processes_signalled"],
+            out["other_job_cgroup_processes_signalled"]) == (10, 3, 2, 1)
+    assert records.signalled(rec) == {"stray": 3, "job_cgroup": 2, "other_job_cgroup": 1, "unclassified": 0}
+    assert records.signalled(old) == {}
     text = records.render_metrics({records.KILLED_METRIC % "stray": 3})
     back = records.read_metrics(text.encode())
     assert back['epilog_processes_signalled_total{where="stray"}'] == 3

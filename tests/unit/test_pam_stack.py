@@ -42,7 +42,9 @@ def test_the_stack_is_read_in_order_with_its_includes(tmp_path):
         ("pam_permit", "required"), ("pam_systemd", "optional"),
         ("pam_listfile", "[success=done default=ignore]"), ("pam_slurm_adopt", "required")]
     assert lines[3].args == ["debug"] and lines[3].where.endswith("sshd:4")
-    assert lines[4].ends_on_success and not lines[0].ends_on_success
+    # a success inside a substack ends only the substack: pam_slurm_adopt still runs
+    assert lines[4].sub and not lines[4].ends_on_success and not lines[0].ends_on_success
+    assert not pam.bypasses(lines)
     assert lines[5].arg("action_adopt_failure") == "deny"
 
 
@@ -117,7 +119,9 @@ def test_root_is_pam_slurm_adopts_own_exception_unless_ignore_root_is_off(tmp_pa
 def test_a_sufficient_line_it_cannot_read_is_a_note_not_a_verdict(tmp_path):
     lines, _ = stack(tmp_path, "account sufficient pam_access.so\n" + ADOPT)
     problems, notes = pam.judge(lines, "adopt", ALLOW, ["root", "je.kim"])
-    assert problems == [] and len(notes) == 1 and "je.kim" in notes[0] and "cannot tell" in notes[0]
+    assert problems == [] and len(notes) == 2, notes
+    assert "admits whom it accepts without adopting them" in notes[0]
+    assert "je.kim" in notes[1] and "cannot tell" in notes[1]
 
 
 def test_pam_slurm_adopts_testing_defaults_are_noted(tmp_path):
@@ -189,3 +193,41 @@ def test_adoption_says_whose_sessions_pam_slurm_adopt_takes_into_the_job(tmp_pat
     assert pam.adoption(unreadable, "opal")[0] is None
     none, _ = stack(tmp_path, "@include common-account\n")
     assert pam.adoption(none, "alice")[0] is False
+
+
+
+@pytest.mark.parametrize("before, bypass", [
+    # RHEL's authselect password-auth: every local account skips adoption
+    ("account required pam_unix.so\naccount sufficient pam_localuser.so\n"
+     "account sufficient pam_usertype.so issystem\n", True),
+    ("account [default=done] pam_access.so\n", True),
+    ("ACCOUNT SUFFICIENT pam_access.so\n", True),
+    ("account [success=2 default=ignore] pam_access.so\naccount required pam_deny.so\n", True),
+    ("account [success=1 default=ignore] pam_unix.so\naccount requisite pam_deny.so\n"
+     "account required pam_permit.so\n", False),
+    ("account Substack more\n", False),
+    ("account required pam_unix.so\n", False),
+])
+def test_lines_that_admit_a_login_past_pam_slurm_adopt_are_found(tmp_path, before, bypass):
+    lines, problems = stack(tmp_path, before + ADOPT + "\n", more="account sufficient pam_permit.so\n")
+    assert problems == []
+    assert bool(pam.bypasses(lines)) == bypass, pam.bypasses(lines)
+    assert (pam.adoption(lines, "alice")[0] is not True) == bypass
+
+
+def test_a_continued_last_account_line_ending_on_a_blank_line_is_refused():
+    with pytest.raises(pam.PlaceError, match="continued"):
+        pam.place("account required pam_access.so \\\n\nsession required pam_unix.so\n", BLOCK)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "big", "dir"])
+def test_a_pam_file_that_is_no_small_regular_file_is_named_not_read(tmp_path, kind):
+    path = tmp_path / "sshd"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "big":
+        path.write_text("#" * (pam.MAX_BYTES + 1))
+    else:
+        path.mkdir()
+    lines, problems = pam.account_stack("sshd", pam_dir=str(tmp_path))
+    assert lines == [] and len(problems) == 1 and "cannot be read" in problems[0]

@@ -165,3 +165,14 @@ def test_the_sweep_refuses_exactly_the_scratch_patterns_the_rules_refuse():
 ])
 def test_the_account_rule(name, ok):
     assert bool(re.fullmatch(f"[{RULES['account_chars']}]+", name)) is ok
+
+
+def test_pillar_example_lists_every_setting_at_its_default():
+    example = yaml.safe_load((REPO / "pillar.example").read_text())["epilog"]
+    assert example == DEFAULTS
+
+
+def test_the_changelogs_latest_version_is_formulas():
+    formula = yaml.safe_load((REPO / "FORMULA").read_text())["version"]
+    latest = re.search(r"^## \[([0-9.]+)\] - [0-9]{4}-[0-9]{2}-[0-9]{2}$", (REPO / "CHANGELOG.md").read_text(), re.M)
+    assert latest and latest.group(1) == formula

@@ -27,10 +27,13 @@ LISTFILE = "pam_listfile"
 
 class Line:
     """One account line: where it is, its control (a word, or the bracket's
-    text), its module's name (no directory, no .so) and its arguments."""
+    text), its module's name (no directory, no .so), its arguments, the
+    module as written (PATH), and whether it runs inside a substack (SUB: a
+    success there ends only the substack)."""
 
-    def __init__(self, where, control, module, args):
+    def __init__(self, where, control, module, args, path=None, sub=False):
         self.where, self.control, self.module, self.args = where, control, module, args
+        self.path, self.sub = path or module, sub
 
     def arg(self, key, default=None):
         for item in self.args:
@@ -39,12 +42,27 @@ class Line:
                 return value
         return default
 
+    def success_action(self):
+        """What libpam does when this line's module succeeds: "done" (the
+        stack ends, admitted, when nothing failed before), a number of
+        lines to jump, or None (the stack goes on)."""
+        control = self.control.strip().lower()
+        if control == "sufficient":
+            return "done"
+        if not control.startswith("["):
+            return None
+        pairs = dict(item.partition("=")[::2] for item in control.strip("[]").split() if "=" in item)
+        action = pairs.get("success", pairs.get("default"))
+        if action == "done" or (action and action.isdigit() and int(action) > 0):
+            return action
+        return None
+
     @property
     def ends_on_success(self):
         """A success of this line admits the login at once: sufficient, or
-        a bracket whose success is done."""
-        control = self.control.replace(" ", "")
-        return control == "sufficient" or (control.startswith("[") and "success=done" in control)
+        a bracket whose success (or default) is done; never one inside a
+        substack."""
+        return not self.sub and self.success_action() == "done"
 
     def __repr__(self):
         return "%s: account %s %s %s" % (self.where, self.control, self.module, " ".join(self.args))
@@ -89,13 +107,23 @@ def _lines(data):
     return out
 
 
+def passes_over(lines, i, target):
+    """A success of LINES[I] ends the stack, or jumps over LINES[TARGET],
+    so that TARGET never runs for that login."""
+    line = lines[i]
+    if line.sub:
+        return False
+    action = line.success_action()
+    return action == "done" or (action is not None and action != "done" and i + int(action) >= target)
+
+
 def account_stack(service, pam_dir=PAM_DIR, text=None):
     """(lines, problems): SERVICE's account lines in the order libpam runs
     them, what it includes expanded; problems name what could not be read.
     TEXT: SERVICE's own file as it would be (what it includes is read)."""
     lines, problems, seen, own = [], [], [], text
 
-    def walk(name, only_account, depth):
+    def walk(name, sub, depth):
         path = name if name.startswith("/") else os.path.join(pam_dir, name)
         if depth > 8 or len(seen) >= MAX_FILES:
             problems.append("%s: includes nest too deep (a loop?); the PAM stack is not read past it" % path)
@@ -110,24 +138,37 @@ def account_stack(service, pam_dir=PAM_DIR, text=None):
             where = "%s:%d" % (path, number)
             fields = _split(text)
             if fields[0] == "@include" and len(fields) > 1:
-                walk(fields[1], True, depth + 1)
+                walk(fields[1], sub, depth + 1)
                 continue
             kind = fields[0].lstrip("-").lower()
             if kind != "account" or len(fields) < 3:
                 continue
             control = fields[1]
-            if control in ("include", "substack"):
-                walk(fields[2], True, depth + 1)
+            if control.lower() in ("include", "substack"):
+                walk(fields[2], sub or control.lower() == "substack", depth + 1)
                 continue
-            lines.append(Line(where, control, _module(fields[2]), fields[3:]))
+            lines.append(Line(where, control, _module(fields[2]), fields[3:], fields[2], sub))
 
-    walk(service, True, 0)
+    walk(service, False, 0)
     return lines, problems
 
 
 def _read(path):
-    with open(path, "rb") as handle:
-        return handle.read(MAX_BYTES).decode("utf-8")
+    """PATH's text: a regular file (never a FIFO or device, never waited
+    on) of at most MAX_BYTES; anything else is an OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError("not a regular file")
+        if st.st_size > MAX_BYTES:
+            raise OSError("larger than %d bytes" % MAX_BYTES)
+        data = os.read(fd, MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BYTES:
+        raise OSError("larger than %d bytes" % MAX_BYTES)
+    return data.decode("utf-8")
 
 
 def _listed(path):
@@ -158,8 +199,8 @@ def judge(lines, access, allow_file, operators, lists=None):
     adopt = next((i for i, line in enumerate(lines) if line.module == ADOPT), None)
     before = lines[:adopt] if adopt is not None else lines
     if access == "listfile" and adopt is not None:
-        for line in before:
-            if line.module == LISTFILE and line.arg("file") == allow_file and line.ends_on_success \
+        for i, line in enumerate(before):
+            if line.module == LISTFILE and line.arg("file") == allow_file and passes_over(lines, i, adopt) \
                     and line.arg("sense") == "allow":
                 problems.append("%r: the chain's allow file (epilog:ssh_allow_file) is a sufficient line before "
                                 "pam_slurm_adopt, so every job user skips adoption and their sessions run outside "
@@ -173,8 +214,8 @@ def judge(lines, access, allow_file, operators, lists=None):
             line = lines[adopt]
             ignore_root = line.arg("ignore_root", "1") != "0"
             admitted, unknown = set(), False
-            for earlier in before:
-                if not earlier.ends_on_success:
+            for i, earlier in enumerate(before):
+                if not passes_over(lines, i, adopt):
                     continue
                 if _admits(earlier):
                     path = earlier.arg("file")
@@ -185,6 +226,8 @@ def judge(lines, access, allow_file, operators, lists=None):
                         admitted |= names
                 else:
                     unknown = True
+                    notes.append("%r, before pam_slurm_adopt, admits whom it accepts without adopting them into a "
+                                 "job: their sessions run outside the job's cgroup, limits and accounting" % earlier)
             missing = [name for name in operators if name not in admitted and not (name == "root" and ignore_root)]
             if missing and unknown:
                 notes.append("listed operators %s: a sufficient line before pam_slurm_adopt (%r) may admit them; "
@@ -215,8 +258,8 @@ def adoption(lines, user):
     if user == "root" and line.arg("ignore_root", "1") != "0":
         return False, "pam_slurm_adopt leaves root alone (ignore_root): %r" % line
     unknown = None
-    for earlier in lines[:adopt]:
-        if not earlier.ends_on_success:
+    for i, earlier in enumerate(lines[:adopt]):
+        if not passes_over(lines, i, adopt):
             continue
         names = _listed(earlier.arg("file")) if _admits(earlier) else None
         if names is not None and user in names:
@@ -280,6 +323,9 @@ def place(text, lines):
         fields = _split(logical.replace("\t", " "))
         if fields and (fields[0].lstrip("-").lower() == "account" or fields[:2] == ["@include", "common-account"]):
             last = i
+            if i != start and not rest[i].split("#", 1)[0].strip():
+                raise PlaceError("line %d, an account line, is continued (a trailing \\) onto a blank or comment "
+                                 "line: libpam before 1.5.3 joins what follows to it; join it by hand" % (start + 1))
             if len(fields) > 2 and _module(fields[2]) == ADOPT:
                 raise PlaceError("line %d has a pam_slurm_adopt line of its own (%s): remove it, or leave "
                                  "epilog:pam_manage off" % (start + 1, logical.strip()))
@@ -287,3 +333,12 @@ def place(text, lines):
     if last is None:
         raise PlaceError("it has no account line (nor @include common-account) to put the formula's after")
     return "\n".join(rest[:last + 1] + list(lines) + rest[last + 1:])
+
+
+def bypasses(lines):
+    """The account LINES before pam_slurm_adopt whose success admits a login
+    without it (ends the stack, or jumps over it)."""
+    adopt = next((i for i, line in enumerate(lines) if line.module == ADOPT), None)
+    if adopt is None:
+        return []
+    return [line for i, line in enumerate(lines[:adopt]) if passes_over(lines, i, adopt)]

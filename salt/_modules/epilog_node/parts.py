@@ -464,16 +464,22 @@ def kill(ctx):
                 os.close(fd)
         if result.outcome != "refused":
             break
-    in_job, classified = len(result.jobs), min(len(result.signalled), CLASSIFY_MAX)
+    classified = min(len(result.signalled), CLASSIFY_MAX)
+    own = [entry for entry, job in result.jobs.items() if job == ctx.job]
+    other = sorted("%s job %s" % (entry, job) for entry, job in result.jobs.items() if job != ctx.job)
     ctx.fact("kill", {"outcome": result.outcome, "signalled": len(result.signalled),
-                      "strays": classified - in_job, "in_job_cgroup": in_job})
+                      "strays": classified - len(result.jobs), "in_job_cgroup": len(own),
+                      "in_other_job_cgroup": len(other), "unclassified": len(result.signalled) - classified})
     signalled = some(result.signalled)
-    if in_job:
+    if own:
         # Under proctrack/cgroup Slurm ends what is in the job's cgroup before
-        # the epilog: one still there is Slurm's kill not yet done, or a job
-        # of the user's that the evidence did not see.
-        signalled += "; of them in a Slurm job's cgroup: %s" % some(
-            ["%s job %s" % (entry, job) for entry, job in sorted(result.jobs.items())])
+        # the epilog: one still there is Slurm's kill of it not yet done.
+        signalled += "; of them in this job's cgroup: %s" % some(sorted(own))
+    if other:
+        # In another job's cgroup: a job of the user's here that the evidence
+        # did not see, or one whose cgroup Slurm could not empty.
+        ctx.log("warning", "processes of uid %d were in the cgroup of another Slurm job, killed with the rest: %s"
+                % (uid, some(other)))
     if result.outcome == "done":
         ctx.log("info", "killed the processes of uid %d (%d round(s)): %s" % (uid, result.rounds, signalled))
     elif result.outcome == "bound":

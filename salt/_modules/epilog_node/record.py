@@ -118,7 +118,8 @@ _HELP = (
 RESIDUE_METRIC = 'epilog_residue_removed_total{kind="%s"}'
 # Part 40's processes by where they ran: outside any job (the chain's to
 # kill), or still in a Slurm job's cgroup (Slurm's, under proctrack/cgroup).
-KILLED_KINDS = (("strays", "stray"), ("in_job_cgroup", "job_cgroup"))
+KILLED_KINDS = (("strays", "stray"), ("in_job_cgroup", "job_cgroup"), ("in_other_job_cgroup", "other_job_cgroup"),
+                ("unclassified", "unclassified"))
 KILLED_METRIC = 'epilog_processes_signalled_total{where="%s"}'
 
 
@@ -191,7 +192,8 @@ def render_metrics(metric):
     for kind in RESIDUE_KINDS:
         out.append("%s %d" % (RESIDUE_METRIC % kind, metric.get(RESIDUE_METRIC % kind, 0)))
     out += ["# HELP epilog_processes_signalled_total Processes part 40 killed, by where they ran (stray: outside "
-            "any job; job_cgroup: in a Slurm job's cgroup).",
+            "any job; job_cgroup: in the ending job's Slurm cgroup; other_job_cgroup: in another job's; "
+            "unclassified: past the first 1000).",
             "# TYPE epilog_processes_signalled_total counter"]
     for _, where in KILLED_KINDS:
         out.append("%s %d" % (KILLED_METRIC % where, metric.get(KILLED_METRIC % where, 0)))
@@ -501,7 +503,8 @@ def summary(chosen, start=None):
         "nodes": sorted({str(rec.get("node")) for rec in chosen if rec.get("node")}),
         "since": when(start), "records": len(chosen),
         "job_ends": 0, "prologs": 0, "acted": 0, "users_acted_on": [], "spared": {}, "unknown": {},
-        "processes_signalled": 0, "strays_signalled": 0, "job_cgroup_processes_signalled": 0, "sweeps": 0,
+        "processes_signalled": 0, "strays_signalled": 0, "job_cgroup_processes_signalled": 0,
+        "other_job_cgroup_processes_signalled": 0, "sweeps": 0,
         "residue": {"removed": dict.fromkeys(RESIDUE_KINDS, 0), "kept": dict.fromkeys(RESIDUE_KINDS, 0)},
         "warnings": 0, "slowest": None,
     }
@@ -528,7 +531,8 @@ def summary(chosen, start=None):
                 out["processes_signalled"] += kill["signalled"]
                 # of them, those outside any job (the chain's to kill) and
                 # those still in a Slurm job's cgroup (Slurm's)
-                for key, total in (("strays", "strays_signalled"), ("in_job_cgroup", "job_cgroup_processes_signalled")):
+                for key, total in (("strays", "strays_signalled"), ("in_job_cgroup", "job_cgroup_processes_signalled"),
+                                   ("in_other_job_cgroup", "other_job_cgroup_processes_signalled")):
                     if isinstance(kill.get(key), int):
                         out[total] += kill[key]
             if isinstance(cleanup, dict) and isinstance(cleanup.get("removed"), int):
