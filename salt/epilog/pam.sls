@@ -13,7 +13,13 @@
 {#- epilog.pam_file is the module's: a minion that has not synced it yet
     (the first apply of epilog syncs it) can hold none of the formula's
     lines, and needs the sync before it can have them. #}
-{%- if 'epilog.pam_file' in salt %}
+{#- Off, and no line of the formula's in sshd (file.search: one read, no
+    settings render): nothing to take out. #}
+{%- set marked = salt['file.file_exists']('/etc/pam.d/sshd')
+                 and salt['file.search']('/etc/pam.d/sshd', '# BEGIN epilog formula', ignore_if_missing=True) %}
+{%- if not epilog.pam_manage and not marked %}
+{%-   set sshd = none %}
+{%- elif 'epilog.pam_file' in salt %}
 {%-   set sshd = salt['epilog.pam_file']() %}
 {%- elif epilog.pam_manage %}
 {{-   raise('epilog:pam_manage is on, but the epilog module is not on this minion yet: '
