@@ -19,6 +19,10 @@ FORMULA = REPO / "salt/epilog"
 LAYOUT = yaml.safe_load((FORMULA / "layout.yaml").read_text())
 RULES = yaml.safe_load((FORMULA / "rules.yaml").read_text())
 DEFAULTS = yaml.safe_load((FORMULA / "defaults.yaml").read_text())["epilog"]
+# the settings no release holds, as map.jinja names them
+UNHELD = yaml.safe_load(next(line.split("unheld_keys =", 1)[1].split("%}", 1)[0]
+                             for line in (FORMULA / "map.jinja").read_text().splitlines()
+                             if "set unheld_keys =" in line))
 PACKAGE = REPO / "salt/_modules" / LAYOUT["package"]
 
 
@@ -28,13 +32,13 @@ def package_files():
 
 def settings_of(**settings):
     """defaults.yaml with SETTINGS over it, as map.jinja merges them (lists
-    replaced; slurm_config_dir without a trailing /), without what differs
-    per os_family (the package names, pam_adopt_module): what settings.json
-    holds."""
+    replaced; slurm_config_dir without a trailing /), without what no
+    release holds (map.jinja's unheld_keys: what differs per os_family, the
+    schedule): what settings.json holds."""
     merged = dict(DEFAULTS)
     merged.update({key: str(value) if isinstance(value, Path) else value for key, value in settings.items()})
     merged["slurm_config_dir"] = merged["slurm_config_dir"].rstrip("/") or "/"
-    for key in ("pkgs", "pam_adopt_module"):
+    for key in UNHELD:
         merged.pop(key, None)
     return merged
 

@@ -157,17 +157,24 @@ def _recovery_settings():
     return settings, _Chain(confdir, layout)
 
 
-def sweep(test=None, job=None, user=None, budget=None):
+def sweep(test=None, job=None, user=None, budget=None, **kwargs):
     """
     Sweep /tmp for residue of crashed X/VNC servers and Cadence clients
     (orphan /tmp/.X11-unix/X<N> sockets, stale /tmp/.X<N>-lock files, dead
     /tmp/clsbd.<user>.<pid> files) and, with ``job``, that job's scratch
     (``epilog:scratch_patterns``). Removes only what no live process holds.
 
+    Between jobs (by hand, or the minion's scheduler under
+    ``epilog:schedule``) an entry goes only while its owner's lock is free:
+    one a job end or prolog of theirs holds is kept, for that chain. Unless
+    ``test``, each sweep is a record of the record file (stage ``sweep``,
+    source ``call`` or ``schedule``), which ``epilog.report`` counts.
+
     Returns a report: ``removed`` (or, with ``test=True``, ``would_remove``),
     ``kept`` with a reason for each path, ``errors``, ``skipped`` and
     ``counts`` per kind. Raises an error (exit code 1) only when the sweep
-    itself cannot run: a bad ``job`` or ``budget``, an unknown ``user``.
+    itself cannot run: a bad ``job`` or ``budget``, an unknown ``user``, an
+    argument it does not take.
 
     test
         Report what would be removed and remove nothing. Defaults to the
@@ -192,6 +199,7 @@ def sweep(test=None, job=None, user=None, budget=None):
         salt '*' epilog.sweep test=True
         salt '*' epilog.sweep job=1234 user=alice
     """
+    source = _source(kwargs)
     if test is None:
         test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
     settings, rules, _ = _config()
@@ -213,15 +221,78 @@ def sweep(test=None, job=None, user=None, budget=None):
             raise CommandExecutionError(f"no account {user!r} on this node") from exc
     log = _node.log.Log(settings["log_file"], _trust(), job=job, user=user, source="epilog.sweep",
                         max_bytes=settings.get("log_max_kb", 1024) * 1024)
+    # Between jobs, an owner's entries wait while a job end or prolog of
+    # theirs holds their lock (in a run directory only root can write).
+    locks = settings["run_dir"] if _root_only(settings["run_dir"]) else None
+    start = time.time()
     try:
-        return _node.sweep.run_sweep(
+        report = _node.sweep.run_sweep(
             test=test, job=job, patterns=settings["scratch_patterns"],
-            budget=settings["sweep_budget"] if budget is None else budget, log=log.line, uid=uid,
+            budget=settings["sweep_budget"] if budget is None else budget, log=log.line, uid=uid, locks=locks,
         )
     except _node.sweep.SweepError as exc:
         raise CommandExecutionError(str(exc)) from exc
     finally:
         log.close()
+    if not test:
+        _between_jobs_record(settings, "sweep", start, source, parts=[_node.record.part_ran(
+            "epilog.sweep", 0, report.get("elapsed_ms", 0), {"sweep": _node.sweep.fact(report)})])
+    return report
+
+
+def _source(kwargs):
+    """schedule when the minion's scheduler runs the function (it passes the
+    entry's name as __pub_schedule), else call. An argument of the caller's
+    that the function does not take (a typo of test=) is refused."""
+    unknown = sorted(key for key in kwargs if not str(key).startswith("__pub_"))
+    if unknown:
+        raise CommandExecutionError(f"unknown argument(s): {', '.join(map(str, unknown))}")
+    return "schedule" if kwargs.get("__pub_schedule") else "call"
+
+
+# the minion's schedule entries epilog.schedule lays down: their functions
+SCHEDULE_ENTRIES = {"epilog-sweep": "epilog.sweep", "epilog-strays": "epilog.strays"}
+
+
+def _schedule_report(settings):
+    """What epilog:schedule asks for and what this minion's scheduler holds
+    (its entries of the formula's): (report, notes)."""
+    asked = settings.get("schedule") or {}
+    held = __opts__.get("schedule") or {}  # noqa: F821 - a Salt dunder
+    entries = {}
+    for name in SCHEDULE_ENTRIES:
+        entry = held.get(name)
+        if isinstance(entry, dict):
+            entries[name] = {key: entry.get(key) for key in ("function", "seconds", "splay", "kwargs", "enabled")}
+    notes = []
+    interval = asked.get("interval") or 0
+    for name, function in SCHEDULE_ENTRIES.items():
+        entry = entries.get(name)
+        kwargs = {"kill": asked.get("kill_strays", False)} if name == "epilog-strays" else {}
+        if interval and entry is None:
+            notes.append(f"epilog:schedule asks for {function} every {interval} s, and this minion's scheduler "
+                         f"holds no entry {name}: state.apply epilog.schedule on the running salt-minion")
+        elif interval and (entry["seconds"] != interval or entry["function"] != function
+                           or entry["splay"] != asked.get("splay") or (entry["kwargs"] or {}) != kwargs
+                           or entry.get("enabled") is False):
+            notes.append(f"this minion's schedule entry {name} ({entry}) is not what epilog:schedule asks for "
+                         f"({function} every {interval} s): state.apply epilog.schedule")
+        elif not interval and entry is not None:
+            notes.append(f"epilog:schedule:interval is 0, and this minion's scheduler still holds {name}: "
+                         "state.apply epilog.schedule takes it out")
+    return {"asked": asked, "entries": entries}, notes
+
+
+def _between_jobs_record(settings, stage, start, source, parts):
+    """The record of a sweep run between jobs, in the job ends' record file
+    (and its counters in the metrics), for epilog.report."""
+    record = _node.record
+    rec = record.build(stage, __grains__.get("host", socket.gethostname().split(".")[0]),  # noqa: F821
+                       None, None, None, None, start, (time.time() - start) * 1000, None, None, 0, parts)
+    rec["source"] = source
+    record.write(_trust(), settings["record_file"], settings["record_max_kb"] * 1024, rec)
+    if settings.get("metrics_file"):
+        record.update_metrics(_trust(), settings["metrics_file"], rec)
 
 
 def _render_error(ret):
@@ -598,11 +669,13 @@ def verify(expect=None):
     - the slurm.conf this node's Slurm reads wires the chain (``Epilog=``,
       ``Prolog=``, ``PrologFlags``, ``SlurmdSpoolDir``, the timeouts), with
       notes on ``ProctrackType`` and ``job_container/tmpfs``;
-    - sshd's PAM account stack agrees with ``epilog:ssh_access``.
+    - sshd's PAM account stack agrees with ``epilog:ssh_access``;
+    - the minion's schedule entries agree with ``epilog:schedule`` (a note).
 
     Returns ``result`` (True when nothing is wrong), ``problems`` in plain
     words, each naming its file, ``notes``, the ``checked`` paths, the
-    ``release`` id that is current and its ``manifest`` (path: sha256).
+    ``release`` id that is current and its ``manifest`` (path: sha256), and
+    the ``schedule`` asked for and the minion's entries of it.
 
     expect
         The release id every node should run: a different one is a problem.
@@ -808,10 +881,12 @@ def verify(expect=None):
     problems_pam, notes_pam = _ssh_access(settings)
     problems.extend(problems_pam)
     notes.extend(notes_pam)
+    schedule, schedule_notes = _schedule_report(settings)
+    notes.extend(schedule_notes)
 
     return {"result": not problems, "problems": problems, "notes": notes,
             "checked": sorted([item["path"] for item in files] + dirs), "release": release, "manifest": manifest,
-            "content": content}
+            "content": content, "schedule": schedule}
 
 
 def _job_container_notes(conf, found, settings):
@@ -1203,6 +1278,107 @@ def _release_program(chain, current):
         raise CommandExecutionError(f"cannot load {directory}: {type(exc).__name__}: {exc}") from exc
 
 
+def _slurmd_view(settings):
+    """({SLURMD_NODENAME, SLURM_CONF}, slurmd's pid or 0): what the running
+    slurmd would give a job end, its own node name and slurm.conf (a
+    configless node's cache when it was started with neither)."""
+    env = {"SLURMD_NODENAME": __grains__.get("host", socket.gethostname().split(".")[0])}  # noqa: F821
+    for pid, _ in _running_slurmds():
+        options = _slurmd_options(pid)
+        if options is None:
+            continue
+        conf, named = options
+        cache = os.path.join(settings["slurmd_spool_dir"], "conf-cache", "slurm.conf")
+        if not conf and os.path.isfile(cache):
+            conf = cache
+        if conf:
+            env["SLURM_CONF"] = conf
+        env["SLURMD_NODENAME"] = named or env["SLURMD_NODENAME"]
+        return env, int(pid)
+    return env, 0
+
+
+def _current_release(chain):
+    """The current release's directory and id, when only root can write it."""
+    releases = chain.releases
+    current = _readlink(chain.current)
+    if not current or not re.fullmatch(r"[0-9a-f]{12}", current):
+        raise CommandExecutionError(f"no current release under {releases}: state.apply epilog first")
+    release_dir = os.path.join(releases, current)
+    if not _root_only(release_dir):
+        raise CommandExecutionError(f"{release_dir} is not a directory only root can write: not run "
+                                    "(epilog.verify says more)")
+    return release_dir, current
+
+
+def strays(kill=False, test=None, **kwargs):
+    """
+    List the processes on this node of accounts that have no job here: what
+    a skipped, failed or timed-out job end left, or a login that got in
+    another way. Root, system accounts and the operators in the current
+    release's localusers.backup are left out. Whether an account has a job
+    here is the chain's own decision, from the node's own evidence (the job
+    marks under the user's lock, the spool's step sockets, root's
+    slurmstepds; the controller only where a job end would ask it); an
+    account whose lock a job end or prolog holds, whose name does not
+    resolve, or that cannot be told, is ``unknown`` and never killed.
+
+    Returns ``users``: each account told, with ``answer`` (``stray``,
+    ``job``: a job of theirs runs here, ``unknown``), ``why``, its number of
+    ``processes`` and, for a stray, the first ones (``pid``, ``command``,
+    ``age`` in seconds, ``job_cgroup``) and, with ``kill``, what the kill
+    did; and ``counts``. Unless ``test``, the look is a record of the record
+    file (``epilog.report`` counts it).
+
+    kill
+        Kill each stray account's processes with the chain's own kill (part
+        40, under the user's lock, as at their last job end).
+
+    test
+        Say what would be killed, and kill, lock and write nothing.
+        Defaults to the minion's ``test`` option.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt 'slurm-work-*' epilog.strays --out=json
+        salt 'slurm-work-17' epilog.strays kill=True test=True
+        salt 'slurm-work-17' epilog.strays kill=True
+    """
+    source = _source(kwargs)
+    if test is None:
+        test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
+    for name, value in (("kill", kill), ("test", test)):
+        if not isinstance(value, bool):
+            raise CommandExecutionError(f"{name} must be True or False, got {value!r}")
+    settings, chain = _settings()
+    release_dir, current = _current_release(chain)
+    if not os.path.isfile(os.path.join(release_dir, PACKAGE, "strays.py")):
+        raise CommandExecutionError(f"release {current} has no epilog.strays: state.apply epilog first")
+    view, slurmd_pid = _slurmd_view(settings)
+    args = {"kill": kill, "test": test, "source": source, "slurmd_pid": slurmd_pid, "env": view}
+    # The release's own node program, in the chain's interpreter, in a
+    # process of its own: the kill changes its uids, never the minion's.
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from epilog_node import strays; "
+            "sys.exit(strays.main(sys.argv[1:]))")
+    try:
+        proc = subprocess.run([PYTHON, "-ISB", "-c", code, release_dir, json.dumps(args)], stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=settings["chain_timeout"] + 30, check=False,
+                              env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CommandExecutionError(f"release {current} could not look for strays: {exc}") from exc
+    try:
+        report = json.loads(proc.stdout.decode("utf-8", "replace")) if proc.returncode == 0 else None
+    except ValueError:
+        report = None
+    if not isinstance(report, dict):
+        tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
+        raise CommandExecutionError(f"release {current} could not look for strays (exit {proc.returncode}): "
+                                    + " / ".join(tail))
+    return report
+
+
 def explain(user, job=None):
     """
     Tell what the epilog would do for USER on this node if a job of USER
@@ -1235,14 +1411,7 @@ def explain(user, job=None):
     settings, chain = _settings()
     if job is not None and not re.fullmatch(r"[1-9][0-9]{0,9}", str(job)):
         raise CommandExecutionError(f"job must be a numeric Slurm job id, got {job!r}")
-    releases = chain.releases
-    current = _readlink(chain.current)
-    if not current or not re.fullmatch(r"[0-9a-f]{12}", current):
-        raise CommandExecutionError(f"no current release under {releases}: state.apply epilog first")
-    release_dir = os.path.join(releases, current)
-    if not _root_only(release_dir):
-        raise CommandExecutionError(f"{release_dir} is not a directory only root can write: not run "
-                                    "(epilog.verify says more)")
+    release_dir, current = _current_release(chain)
     program = _release_program(chain, current)
     try:
         uid = pwd.getpwnam(user).pw_uid
@@ -1250,24 +1419,9 @@ def explain(user, job=None):
         uid = None
     # What slurmd would give the job end: its own node name and slurm.conf
     # (a configless node's cache when it was started with neither).
-    node = __grains__.get("host", socket.gethostname().split(".")[0])  # noqa: F821 - a Salt dunder
+    view, slurmd_pid = _slurmd_view(settings)
     env = {"PATH": program.system.PATH, "SLURM_JOB_USER": user, "SLURM_JOB_UID": "" if uid is None else str(uid),
-           "SLURM_JOB_ID": "" if job is None else str(job)}
-    slurmd_pid = 0
-    for pid, _ in _running_slurmds():
-        options = _slurmd_options(pid)
-        if options is None:
-            continue
-        conf, named = options
-        cache = os.path.join(settings["slurmd_spool_dir"], "conf-cache", "slurm.conf")
-        if not conf and os.path.isfile(cache):
-            conf = cache
-        slurmd_pid = int(pid)
-        if conf:
-            env["SLURM_CONF"] = conf
-        node = named or node
-        break
-    env["SLURMD_NODENAME"] = node
+           "SLURM_JOB_ID": "" if job is None else str(job), **view}
     try:
         decided = program.runner.explain(release_dir, env, slurmd_pid=slurmd_pid)
     except Exception as exc:

@@ -306,3 +306,34 @@ def test_10_one_report_from_the_master_answers_for_every_node(fleet, tmp_path):
         assert summary["processes_signalled"] >= number and summary["problems"] == [], summary
     one = fleet.run("epilog.report", "job=7100", tgt="slurm-work-02")
     assert one.returncode == 0 and [r["user"] for r in one.data["records"]] == ["je.kim"], one
+
+
+def test_11_strays_answer_from_every_node_and_the_report_counts_them(fleet):
+    """The fleet view: epilog.strays on every node at once names alice's
+    stray (no job on any node) and leaves out je.kim (listed); test=True
+    kills nothing; kill=True on one node kills it there with the chain's
+    own kill, and epilog.report counts the looks per node."""
+    proc, operator = stray("alice"), stray("je.kim")
+    try:
+        ret = fleet.run("epilog.strays", "kill=True", "test=True")
+        assert ret.returncode == 0 and sorted(ret.data) == MINIONS, ret
+        for minion in MINIONS:
+            users = {entry["user"]: entry for entry in ret.data[minion]["users"]}
+            assert users["alice"]["answer"] == "stray" and users["alice"]["kill"] == "would kill", ret.data[minion]
+            assert any(p["pid"] == proc.pid for p in users["alice"]["strays"]), users["alice"]
+            assert "je.kim" not in users, ret.data[minion]
+        assert proc.poll() is None
+        assert fleet.run("epilog.strays").returncode == 0
+        ret = fleet.run("epilog.strays", "kill=True", tgt="slurm-work-02")
+        assert ret.returncode == 0 and killed(proc), ret
+        assert operator.poll() is None
+        report = fleet.run("epilog.report", "since=1h")
+        for minion in MINIONS:
+            between = report.data[minion]["between_jobs"]
+            assert between["strays_looks"] == {"call": 2 if minion == "slurm-work-02" else 1, "schedule": 0}, between
+            assert between["stray_processes_killed"] == (1 if minion == "slurm-work-02" else 0), between
+        ret = fleet.run("epilog.strays", "kill=often")
+        assert ret.returncode != 0 or all("must be True or False" in str(v) for v in ret.data.values()), ret
+    finally:
+        end(proc)
+        end(operator)

@@ -20,14 +20,16 @@ RELEASE_FILES = SCRIPTS + [data["path"] for data in LAYOUT["release_data"]] + PA
 # files, the packages and the release tool, the release's directory and
 # subdirectories, its data files, the node program, its entry points, the
 # switch, the module sync, the check for an old chain, the retired files'
-# removal, and pam.sls's one state (pam_manage off: nothing to take out)
+# removal, pam.sls's one state (pam_manage off: nothing to take out) and
+# schedule.sls's (interval 0 and no entry held: nothing to take out)
 STATE_COUNT = (len(LAYOUT["directories"]) + 1 + 1 + len(LAYOUT["data"]) + 1 + 1 + 1 + len(LAYOUT["release_directories"])
-               + len(LAYOUT["release_data"]) + 1 + len(SCRIPTS) + 1 + 1 + 1 + len(LAYOUT["retired"]) + 1)
+               + len(LAYOUT["release_data"]) + 1 + len(SCRIPTS) + 1 + 1 + 1 + len(LAYOUT["retired"]) + 1 + 1)
 # the module sync changes only when the minion's synced copy is older
 SYNC = "epilog-module-saltutil-sync_modules"
 # never "pending" on a node that has them: the packages, and the absence of
 # files no earlier version laid down here; the old-chain check never changes
-ALREADY_THERE = {"epilog-parts-tools-pkg-installed", "epilog-slurm-conf-old-chain-test", "epilog-pam-sshd-test-nop"} | {
+ALREADY_THERE = {"epilog-parts-tools-pkg-installed", "epilog-slurm-conf-old-chain-test", "epilog-pam-sshd-test-nop",
+                 "epilog-schedule-test-nop"} | {
     f"epilog-{f['id']}-retired-file-absent" for f in LAYOUT["retired"]}
 
 

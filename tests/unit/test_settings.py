@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests.helpers import LAYOUT, REPO
+from tests.release import UNHELD
 
 salt_templates = pytest.importorskip("salt.utils.templates")
 dictupdate = pytest.importorskip("salt.utils.dictupdate")
@@ -65,7 +66,7 @@ def test_the_defaults_are_the_settings_of_an_empty_pillar(tmp_path):
     assert out["rules"] == RULES
     # and the module's names of what the states lay down are layout.yaml's
     assert out["layout"] == LAYOUT
-    family = ("pkgs", "pam_adopt_module")
+    family = tuple(UNHELD)
     assert {key: out["settings"][key] for key in DEFAULTS if key not in family} == \
         {key: value for key, value in DEFAULTS.items() if key not in family}
     # what differs per family is in no release's settings

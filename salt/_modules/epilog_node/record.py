@@ -4,7 +4,8 @@ read back for epilog.report and epilog.explain; and the metrics, a
 node_exporter textfile of counters the runner rewrites after each job end.
 
 The record (schema v 1):
-  v, stage (epilog or prolog), node, job, user, uid, release, start (epoch
+  v, stage (epilog or prolog; sweep or strays for a look between jobs,
+  with its source, call or schedule), node, job, user, uid, release, start (epoch
   with milliseconds), ms (the chain's time), other ({answer, why}: the
   last-job evidence), guard ({answer, why, listed, system}: the localusers
   guard; answer "not asked" when no lastuserjob part asked it), warnings
@@ -121,6 +122,12 @@ RESIDUE_METRIC = 'epilog_residue_removed_total{kind="%s"}'
 KILLED_KINDS = (("strays", "stray"), ("in_job_cgroup", "job_cgroup"), ("in_other_job_cgroup", "other_job_cgroup"),
                 ("unclassified", "unclassified"))
 KILLED_METRIC = 'epilog_processes_signalled_total{where="%s"}'
+# Looks between jobs (epilog.sweep, epilog.strays, by hand or scheduled):
+# records of their own stage, with a source.
+BETWEEN_JOBS = ("sweep", "strays")
+SOURCES = ("call", "schedule")
+BETWEEN_METRIC = 'epilog_between_jobs_runs_total{what="%s",source="%s"}'
+STRAYS_METRIC = 'epilog_stray_processes_total{action="%s"}'
 
 
 def outcome(record):
@@ -161,6 +168,22 @@ def signalled(record):
     return out
 
 
+def source(record):
+    """call or schedule: who ran a look between jobs."""
+    return record.get("source") if record.get("source") in SOURCES else "call"
+
+
+def stray_counts(record):
+    """{found, killed: processes} of a strays record."""
+    strays = record.get("strays") if isinstance(record.get("strays"), dict) else {}
+    out = {}
+    for key, action in (("stray_processes", "found"), ("killed", "killed")):
+        value = strays.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 31:
+            out[action] = value
+    return out
+
+
 def read_metrics(data):
     """{name: value} of a textfile this code wrote: whole counters, and the
     stages' last durations (seconds with milliseconds); any other line is
@@ -197,6 +220,17 @@ def render_metrics(metric):
             "# TYPE epilog_processes_signalled_total counter"]
     for _, where in KILLED_KINDS:
         out.append("%s %d" % (KILLED_METRIC % where, metric.get(KILLED_METRIC % where, 0)))
+    out += ["# HELP epilog_between_jobs_runs_total Looks between jobs (epilog.sweep, epilog.strays), by what "
+            "and who ran them (call: by hand; schedule: the minion's scheduler).",
+            "# TYPE epilog_between_jobs_runs_total counter"]
+    for what in BETWEEN_JOBS:
+        for source in SOURCES:
+            out.append("%s %d" % (BETWEEN_METRIC % (what, source), metric.get(BETWEEN_METRIC % (what, source), 0)))
+    out += ["# HELP epilog_stray_processes_total Processes of accounts with no job on the node, found and killed "
+            "between jobs (epilog.strays).",
+            "# TYPE epilog_stray_processes_total counter"]
+    for action in ("found", "killed"):
+        out.append("%s %d" % (STRAYS_METRIC % action, metric.get(STRAYS_METRIC % action, 0)))
     out += ["# HELP epilog_last_chain_seconds How long the last chain of the stage ran.",
             "# TYPE epilog_last_chain_seconds gauge"]
     for stage in ("epilog", "prolog"):
@@ -242,6 +276,17 @@ def update_metrics(trust, path, record):
         def add(key, n):
             metric[key] = int(metric.get(key, 0)) + n
 
+        if record["stage"] in BETWEEN_JOBS:
+            # a look between jobs: no job end, and no chain's duration
+            add(BETWEEN_METRIC % (record["stage"], source(record)), 1)
+            for action, n in stray_counts(record).items():
+                add(STRAYS_METRIC % action, n)
+            for kind, n in removed(record).items():
+                if kind in RESIDUE_KINDS:
+                    add(RESIDUE_METRIC % kind, n)
+            add("epilog_warnings_total", record["warnings"])
+            system.replace_file(path, render_metrics(metric).encode("ascii"))
+            return True
         add('epilog_job_ends_total{stage="%s"}' % record["stage"], 1)
         decided = outcome(record)
         if decided:
@@ -507,10 +552,25 @@ def summary(chosen, start=None):
         "other_job_cgroup_processes_signalled": 0, "sweeps": 0,
         "residue": {"removed": dict.fromkeys(RESIDUE_KINDS, 0), "kept": dict.fromkeys(RESIDUE_KINDS, 0)},
         "warnings": 0, "slowest": None,
+        "between_jobs": {"sweeps": {source: 0 for source in SOURCES}, "strays_looks": {source: 0 for source in SOURCES},
+                         "stray_users_found": 0, "stray_processes_found": 0, "stray_processes_killed": 0,
+                         "removed": dict.fromkeys(RESIDUE_KINDS[:-1], 0)},
     }
     acted_on = set()
+    between = out["between_jobs"]
     for rec in chosen:
         out["warnings"] += rec.get("warnings") if isinstance(rec.get("warnings"), int) else 0
+        if rec.get("stage") in BETWEEN_JOBS:
+            between["sweeps" if rec["stage"] == "sweep" else "strays_looks"][source(rec)] += 1
+            counts = stray_counts(rec)
+            between["stray_processes_found"] += counts.get("found", 0)
+            between["stray_processes_killed"] += counts.get("killed", 0)
+            users = (rec.get("strays") or {}).get("stray_users") if isinstance(rec.get("strays"), dict) else None
+            between["stray_users_found"] += users if isinstance(users, int) and not isinstance(users, bool) else 0
+            for kind, n in removed(rec).items():
+                if kind in between["removed"] and isinstance(n, int):
+                    between["removed"][kind] += n
+            continue
         if rec.get("stage") != "epilog":
             out["prologs"] += 1
             continue

@@ -273,8 +273,9 @@ def judge_display(f):
 
 
 class _Sweep:
-    def __init__(self, test, job, patterns, budget, log, uid=None):
+    def __init__(self, test, job, patterns, budget, log, uid=None, locks=None):
         self.test = test
+        self.locks = locks
         self.job = job
         self.uid = uid
         self.patterns = patterns
@@ -454,6 +455,35 @@ class _Sweep:
         test=True the same judgement is made, and nothing is removed."""
         self.check_budget()
         self._decided.add(path)
+        lock = None
+        if self.locks is not None and not self.test:
+            # between jobs: an owner's job end or prolog may be acting; its
+            # lock is theirs until it is done
+            lock = self.user_lock(expect.st_uid)
+            if lock is None:
+                self.keep(kind, path, f"a job end or prolog of uid {expect.st_uid} holds its lock")
+                return False
+        try:
+            return self._remove(kind, dir_fd, name, path, expect)
+        finally:
+            if lock is not None:
+                os.close(lock)
+
+    def user_lock(self, uid):
+        """The lock of UID in the run directory LOCKS (the one a job end of
+        UID's holds through its decision and lastuserjob parts), taken
+        without waiting: its descriptor, or None when it is held."""
+        try:
+            fd = os.open(os.path.join(self.locks, f"lock.{uid}"),
+                         os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return None
+        if system.wait_lock(fd, 0):
+            return fd
+        os.close(fd)
+        return None
+
+    def _remove(self, kind, dir_fd, name, path, expect):
         try:
             now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             if (now.st_ino, now.st_dev, stat.S_IFMT(now.st_mode), now.st_ctime_ns) != (
@@ -790,15 +820,19 @@ def _check_args(job, patterns, budget, uid):
     return job, list(patterns), budget, uid
 
 
-def run_sweep(test=False, job=None, patterns=(), budget=10, log=None, uid=None):
+def run_sweep(test=False, job=None, patterns=(), budget=10, log=None, uid=None, locks=None):
     """The sweep, as part 45 and epilog.sweep run it. With JOB, that job's
     scratch goes too, and only the entries owned by UID. LOG(level, line)
-    gets what the sweep did (a preview, test=True, logs nothing). Returns
-    the report dict; raises SweepError when the sweep itself cannot run."""
+    gets what the sweep did (a preview, test=True, logs nothing). LOCKS:
+    the run directory, between jobs (epilog.sweep): an entry goes only
+    while its owner's lock there is free, and is kept while a job end or
+    prolog of theirs holds it (a directory only root can write; else
+    None). Returns the report dict; raises SweepError when the sweep itself
+    cannot run."""
     job, patterns, budget, uid = _check_args(job, patterns, budget, uid)
     if test or log is None:
         log = _quiet
-    return _Sweep(bool(test), job, patterns, budget, log, uid=uid).run()
+    return _Sweep(bool(test), job, patterns, budget, log, uid=uid, locks=locks).run()
 
 
 def _quiet(level, line):

@@ -1,0 +1,122 @@
+"""epilog.strays on real processes of real accounts, run as the epilog
+module runs it (the release's own node program, in /usr/bin/python3, in a
+process of its own), on a chain laid down as the state would: who is a
+stray, who is kept and why, what test=True and kill=True do, the user's
+lock, and a lookup that fails. The scheduler that runs it is the slurm
+tier's (a real minion beside a real Slurm job)."""
+import fcntl
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.helpers import HOST, end, kill_all_of, spawn_as, still_running, stray, uid_of, wait_for
+
+PYTHON = "/usr/bin/python3"
+CODE = ("import sys; sys.path.insert(0, sys.argv[1]); from epilog_node import strays; "
+        "sys.exit(strays.main(sys.argv[1:]))")
+USERS = ("alice", "alicex", "je.kim", "alice.b")
+
+
+def look(chain, kill=False, test=False, source="call"):
+    """The release's strays program, as the epilog module runs it: its report."""
+    args = {"kill": kill, "test": test, "source": source, "slurmd_pid": 0, "env": {"SLURMD_NODENAME": HOST}}
+    proc = subprocess.run([PYTHON, "-ISB", "-c", CODE, str(chain.view(chain.release)), json.dumps(args)],
+                          capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def told(report):
+    return {entry["user"]: entry for entry in report["users"]}
+
+
+@pytest.fixture
+def processes(accounts):
+    procs = {user: stray(user) for user in USERS}
+    yield procs
+    for proc in procs.values():
+        end(proc)
+    for user in USERS:
+        kill_all_of(user)
+
+
+def mark_running(chain, user, job=9100):
+    import time  # pylint: disable=import-outside-toplevel
+
+    chain.run_dir.mkdir(mode=0o700, exist_ok=True)
+    (chain.run_dir / f"{uid_of(user)}.{job}").write_text(f"running {int(time.time())}\n")
+
+
+def test_a_stray_is_told_previewed_and_killed_and_the_others_are_kept(own_chain, processes):
+    """alice and alicex have no job here: strays, killed by part 40 with
+    kill=True. alice.b's job is marked as running here: kept. je.kim is an
+    operator: left out. test=True kills, locks and writes nothing."""
+    chain = own_chain()
+    mark_running(chain, "alice.b")
+    preview = look(chain, kill=True, test=True)
+    users = told(preview)
+    assert users["alice"]["answer"] == "stray" and users["alice"]["kill"] == "would kill", users
+    assert "node-local: no step of another job" in users["alice"]["why"]
+    assert any(p["pid"] == processes["alice"].pid and p["command"] == "sleep 600" and p["age"] is not None
+               for p in users["alice"]["strays"]), users["alice"]
+    assert users["alice.b"]["answer"] == "job" and "job 9100" in users["alice.b"]["why"], users
+    assert "je.kim" not in users and preview["counts"]["operators"] >= 1, preview
+    assert all(still_running(proc, grace=0) for proc in processes.values())
+    assert not chain.record_file.exists()
+
+    listed = look(chain)
+    assert told(listed)["alice"]["answer"] == "stray" and "kill" not in told(listed)["alice"]
+    assert all(still_running(proc, grace=0) for proc in processes.values())
+
+    done = look(chain, kill=True, source="schedule")
+    users = told(done)
+    assert users["alice"]["kill"]["outcome"] == "done" and users["alicex"]["kill"]["outcome"] == "done", users
+    wait_for(lambda: processes["alice"].poll() is not None and processes["alicex"].poll() is not None, 10,
+             what="the strays to die")
+    assert processes["alice"].returncode < 0 and processes["alicex"].returncode < 0
+    assert still_running(processes["alice.b"], grace=0) and still_running(processes["je.kim"], grace=0)
+    assert done["counts"]["killed"] >= 2 and done["counts"]["stray_users"] >= 2
+
+    records = [rec for rec in chain.records() if rec["stage"] == "strays"]
+    assert [(rec["source"], rec["kill"]) for rec in records] == [("call", False), ("schedule", True)], records
+    assert records[1]["strays"]["killed"] >= 2
+    assert {u["user"]: u["answer"] for u in records[1]["strays"]["users"]}["alice.b"] == "job"
+    log = chain.log_text()
+    assert f"killed the processes of uid {uid_of('alice')}" in log
+
+
+def test_a_user_whose_job_end_holds_the_lock_is_left_to_it(own_chain, processes):
+    chain = own_chain()
+    chain.run_dir.mkdir(mode=0o700, exist_ok=True)
+    fd = os.open(chain.run_dir / f"lock.{uid_of('alice')}", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        users = told(look(chain, kill=True))
+        assert users["alice"]["answer"] == "unknown" and "holds" in users["alice"]["why"], users
+        assert "kill" not in users["alice"] and still_running(processes["alice"], grace=0)
+        # the others are not held up by it
+        assert users["alicex"]["kill"]["outcome"] == "done", users
+    finally:
+        os.close(fd)
+
+
+def test_a_failed_lookup_is_never_a_licence_to_kill(own_chain, processes, accounts):
+    """A listed operator that does not resolve could be at any uid; a
+    process whose uid has no account could be anybody's: neither is killed."""
+    chain = own_chain(localusers=["root", "je.kim", "nosuch-operator"])
+    nobody = spawn_as("alice", "sleep", "600")
+    orphan = subprocess.Popen(["setpriv", "--reuid=50199", "--regid=50199", "--clear-groups", "sleep", "600"],
+                              start_new_session=True)
+    try:
+        wait_for(lambda: os.stat(f"/proc/{orphan.pid}").st_uid == 50199, 5, what="uid 50199's process")
+        report = look(chain, kill=True)
+        users = told(report)
+        assert users["alice"]["answer"] == "unknown" and "nosuch-operator" in users["alice"]["why"], users
+        assert users[None]["uid"] == 50199 and users[None]["answer"] == "unknown", users
+        assert report["counts"]["killed"] == 0
+        assert all(still_running(proc, grace=0) for proc in (*processes.values(), nobody, orphan))
+    finally:
+        for proc in (nobody, orphan):
+            end(proc)
