@@ -489,27 +489,136 @@ def _slurmd_options(pid):
     return conf or None, found["-N"] or None
 
 
-def _slurmd_conf_paths():
-    """The slurm.conf each running slurmd reads: its -f, or its SLURM_CONF."""
+def _slurmd_conf_paths(settings=None):
+    """The slurm.conf each running slurmd reads, as it resolves it."""
+    return [found["conf"] for found in _slurmds_confs(settings) if found["conf"]]
+
+
+def slurmd_resolves(argv, env, default_conf, exists):
+    """(slurm.conf, how) as slurmd resolves its configuration from its
+    command line ARGV, its environment ENV, the build's DEFAULT_CONF (its
+    sysconfdir's slurm.conf, None when unknown) and EXISTS(path), in the
+    precedence of slurmd.c's _establish_configuration: a configuration
+    cache handed to a re-exec'd slurmd (SLURMD_RECONF_CONF_CACHE, 24.11 on
+    reconfigure); --conf-server (configless); -f; SLURM_CONF; the build's
+    default when it exists; else configless (DNS SRV records). A
+    configless answer's path is None: the cache is in slurmd's spool (the
+    caller finds it). how: reconf-cache, -f, SLURM_CONF, default,
+    configless."""
+    cache = env.get("SLURMD_RECONF_CONF_CACHE")
+    if cache:
+        return cache.rstrip("/") + "/slurm.conf", "reconf-cache"
+    options, server, i = {}, False, 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--conf-server" or arg.startswith("--conf-server="):
+            server = True
+        elif arg in ("-f", "-N") and i + 1 < len(argv):
+            options[arg] = argv[i + 1]
+            i += 1
+        elif arg[:2] in ("-f", "-N") and len(arg) > 2:
+            options[arg[:2]] = arg[2:]
+        i += 1
+    if server:
+        return None, "configless"
+    if options.get("-f"):
+        return options["-f"], "-f"
+    if env.get("SLURM_CONF"):
+        return env["SLURM_CONF"], "SLURM_CONF"
+    if default_conf and exists(default_conf):
+        return default_conf, "default"
+    return None, "configless"
+
+
+def _build_default_conf(pid):
+    """The slurm.conf slurmd PID's build reads by default (its sysconfdir's,
+    compiled into libslurm: DEFAULT_SLURM_CONF), from the libslurm it has
+    mapped, when only root can have put that library there; else None."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as handle:
+            maps = handle.read(1 << 20).decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    libs = sorted({line.split(None, 5)[5] for line in maps if len(line.split(None, 5)) == 6
+                   and os.path.basename(line.split(None, 5)[5]).startswith("libslurm")
+                   and ".so" in os.path.basename(line.split(None, 5)[5])})
+    for lib in libs:
+        if not _root_file(lib):
+            continue
+        try:
+            with open(lib, "rb") as handle:
+                data = handle.read(64 << 20)
+        except OSError:
+            continue
+        for found in re.finditer(rb"\0(/[A-Za-z0-9._+@/-]+/slurm\.conf)\0", data):
+            path = found.group(1).decode()
+            if not path.startswith("/run/slurm/"):  # the configless link, not the default
+                return path
+    return None
+
+
+def _slurmd_env(pid):
+    with open(f"/proc/{pid}/environ", "rb") as handle:
+        return dict(item.split("=", 1) for item in handle.read(1 << 20).decode(errors="replace").split("\0")
+                    if "=" in item)
+
+
+def _slurmds_confs(settings=None):
+    """Each running slurmd of root's whose executable only root can have put
+    there, and the slurm.conf it reads, as slurmd resolves it from its own
+    command line and environment (never from anything another account can
+    write): [{pid, exe, conf, how, node}]. A configless slurmd's conf is its
+    cache: /run/slurm/conf's (the link slurmd makes) when only root can
+    have made it, else SETTINGS' slurmd_spool_dir/conf-cache/slurm.conf;
+    conf None when neither is there. A slurmd that cannot be read, or whose
+    executable another account could have written, has conf None and says
+    why in how."""
     out = []
-    for pid, _ in _running_slurmds():
+    for pid, exe in _running_slurmds():
+        entry = {"pid": int(pid), "exe": exe, "conf": None, "how": "", "node": None}
+        out.append(entry)
+        if not _trust().root_tool(exe) or not _root_only(os.path.dirname(exe)):
+            entry["how"] = f"its executable {_plain_text(exe)} is not only root's to write: not trusted"
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read(1 << 16).decode(errors="replace").split("\0")
+            env = _slurmd_env(pid)
+        except OSError as exc:
+            entry["how"] = f"its command line and environment cannot be read ({exc.strerror})"
+            continue
         options = _slurmd_options(pid)
-        if options and options[0]:
-            out.append(options[0])
+        entry["node"] = options[1] if options else None
+        conf, how = slurmd_resolves(argv, env, _build_default_conf(pid), os.path.exists)
+        if conf and not os.path.isabs(conf):
+            conf = os.path.join(f"/proc/{pid}/cwd", conf)
+        if how == "configless":
+            link = "/run/slurm/conf"
+            cache = None
+            if os.path.islink(link) and _root_only("/run/slurm"):
+                target = os.path.join("/run/slurm", os.readlink(link))
+                if _root_only(target):
+                    cache = os.path.join(target, "slurm.conf")
+            if cache is None and settings is not None:
+                cache = os.path.join(settings["slurmd_spool_dir"], "conf-cache", "slurm.conf")
+            conf = cache if cache and os.path.exists(cache) else None
+        entry["conf"], entry["how"] = conf, how
     return out
 
 
-def _slurm_confs(settings, also=()):
-    """Every slurm.conf that may be the node's, in the order verify trusts
-    them: $SLURM_CONF, slurm_config_dir/slurm.conf, /etc/slurm/slurm.conf,
-    the slurm.conf in each directory of ALSO, what a running slurmd reads,
-    and a configless node's cache in its spool. Returns
-    [(path, how)] of those that exist."""
-    candidates = [(os.environ.get("SLURM_CONF"), "SLURM_CONF"),
+def _slurm_confs(settings, also=(), running=True):
+    """Every slurm.conf that may be the node's: $SLURM_CONF (the minion's),
+    slurm_config_dir/slurm.conf, /etc/slurm/slurm.conf, the slurm.conf in
+    each directory of ALSO, what each running slurmd reads (unless not
+    RUNNING), and a configless node's cache in its spool: with no slurmd
+    running, the order verify trusts them in. Returns [(path, how)] of
+    those that exist."""
+    candidates = [(os.environ.get("SLURM_CONF"), "the minion's SLURM_CONF"),
                   (os.path.join(settings["slurm_config_dir"], "slurm.conf"), "slurm_config_dir"),
-                  ("/etc/slurm/slurm.conf", "default")]
+                  ("/etc/slurm/slurm.conf", "the default /etc/slurm")]
     candidates += [(os.path.join(directory, "slurm.conf"), "given") for directory in also]
-    candidates += [(path, "slurmd") for path in _slurmd_conf_paths()]
+    if running:
+        candidates += [(path, "slurmd") for path in _slurmd_conf_paths(settings)]
     candidates += [(os.path.join(settings["slurmd_spool_dir"], "conf-cache", "slurm.conf"), "configless")]
     out, seen = [], set()
     for path, how in candidates:
@@ -517,19 +626,6 @@ def _slurm_confs(settings, also=()):
             seen.add(os.path.normpath(path))
             out.append((path, how))
     return out
-
-
-def _slurm_conf_epilog(settings):
-    """(path of the slurm.conf verify reads, {key: last value} of CONF_KEYS,
-    problems reading it, how it was found), or (None, {}, [], None)."""
-    confs = _slurm_confs(settings)
-    if not confs:
-        return None, {}, [], None
-    path, how = confs[0]
-    values, _, problems = parse_slurm_conf(path)
-    found = {key: items[-1] for key, items in values.items() if key in CONF_KEYS and items}
-    found["_epilogs"] = values.get("epilog", [])
-    return path, found, problems, how
 
 
 def _roots_chain(directory, rules, releases):
@@ -649,6 +745,101 @@ def _chain_time_problems(settings, chain, conf_found):
                                 "slurmd would kill a slow epilog and drain the node")
             break
     return problems
+
+
+def _conf_problems(settings, chain, conf, found):
+    """(problems, notes) of the slurm.conf CONF ({key: last value}: FOUND)
+    that a slurmd reads: does it wire this chain, and how."""
+    problems, notes = [], []
+    problems.extend(_chain_time_problems(settings, chain, conf_found=found))
+    epilog_sh = os.path.join(chain.confdir, chain.runners["epilog"])
+    if len(set(found["_epilogs"])) > 1:
+        problems.append(f"{conf} gives Epilog= {len(found['_epilogs'])} times ({', '.join(found['_epilogs'])}): "
+                        "Slurm before 24.05 runs only the last; 24.05 and later run each in turn, and one that "
+                        f"fails stops the rest and drains the node (want only Epilog={epilog_sh}; a site's "
+                        "own epilog belongs in epilog.d)")
+    elif "epilog" not in found:
+        problems.append(f"{conf} has no Epilog=: the chain never runs (want Epilog={epilog_sh})")
+    elif found["epilog"].endswith("*"):
+        problems.append(f"{conf} has Epilog={found['epilog']}: Slurm runs a glob in reverse order (want Epilog={epilog_sh})")
+    elif os.path.normpath(found["epilog"]) != os.path.normpath(epilog_sh):
+        problems.append(f"{conf} has Epilog={found['epilog']}, not the laid-down {epilog_sh}")
+    prolog_sh = os.path.join(chain.confdir, chain.runners["prolog"])
+    if os.path.normpath(found.get("prolog", "")) != os.path.normpath(prolog_sh):
+        problems.append(f"{conf} has Prolog={found.get('prolog', '')}, not the laid-down {prolog_sh}")
+    if not {"alloc", "contain"} <= prolog_flags(found.get("prologflags", "")):
+        problems.append(f"{conf} has PrologFlags={found.get('prologflags', '')}: want Alloc,Contain, or a flag "
+                        "that sets both (Contain, X11, RunInJob): the prolog opens ssh at allocation; every "
+                        "allocation needs a step for the last-job check")
+    spool = found.get("slurmdspooldir", "/var/spool/slurmd")
+    if os.path.normpath(spool) != os.path.normpath(settings["slurmd_spool_dir"]):
+        problems.append(f"{conf} has SlurmdSpoolDir={spool}, but epilog:slurmd_spool_dir is "
+                        f"{settings['slurmd_spool_dir']}")
+    proctrack = found.get("proctracktype", "proctrack/cgroup")
+    if proctrack.lower() != "proctrack/cgroup":
+        notes.append(f"{conf} has ProctrackType={proctrack}: a daemon a job starts (setsid, double fork) "
+                     "escapes Slurm's tracking and outlives the job; part 40 kills it only after the user's "
+                     "last job here. proctrack/cgroup keeps every process of a job in its cgroup")
+    notes.extend(_job_container_notes(conf, found, settings))
+    return problems, notes
+
+
+_HOW = {"-f": "its -f", "SLURM_CONF": "SLURM_CONF in its environment", "default": "its build's default path",
+        "configless": "its configless cache of the controller's", "reconf-cache": "its configless cache of the "
+        "controller's"}
+
+
+def _judged_confs(settings):
+    """([(slurm.conf, {key: last value}, how)] verify judges, problems,
+    notes): the slurm.conf each running slurmd reads, as it resolves it
+    (two slurmds on one file: judged once); with no slurmd running, the
+    first of today's order ($SLURM_CONF, slurm_config_dir, /etc/slurm, the
+    configless cache), with a note that no running slurmd confirmed it. A
+    slurm.conf verify did not judge that names another Epilog= than the
+    judged one is a stale file: a note."""
+    problems, notes, judged, seen = [], [], [], set()
+    slurmds = _slurmds_confs(settings)
+    for entry in slurmds:
+        pid, conf, how = entry["pid"], entry["conf"], entry["how"]
+        if conf is None:
+            problems.append(f"slurmd {pid}: " + (f"{how}: the slurm.conf it reads cannot be told" if how != "configless"
+                            else "runs configless, and no cache of the controller's slurm.conf is here "
+                            "(/run/slurm/conf, slurmd_spool_dir/conf-cache): Epilog= cannot be checked"))
+            continue
+        if os.path.realpath(conf) in seen:
+            continue
+        seen.add(os.path.realpath(conf))
+        judged.append((conf, how, pid))
+    if not slurmds:
+        confs = [(path, how) for path, how in _slurm_confs(settings, running=False)]
+        if not confs:
+            problems.append("no slurm.conf found here ($SLURM_CONF, slurm_config_dir, /etc/slurm, the configless "
+                            "cache), and no slurmd runs: Epilog= cannot be checked")
+        else:
+            path, how = confs[0]
+            seen.add(os.path.realpath(path))
+            judged.append((path, how, None))
+            notes.append(f"no slurmd runs here: judged {path} (found as {how}), which no running slurmd confirmed")
+    out = []
+    wiring = set()
+    for conf, how, pid in judged:
+        values, _, conf_problems = parse_slurm_conf(conf)
+        problems.extend(conf_problems)
+        found = {key: items[-1] for key, items in values.items() if key in CONF_KEYS and items}
+        found["_epilogs"] = values.get("epilog", [])
+        wiring.add((found.get("epilog"), found.get("prolog")))
+        if pid is not None:
+            notes.append(f"slurmd {pid} reads {conf} ({_HOW.get(how, how)}): judged")
+        out.append((conf, found, how))
+    for path, how in _slurm_confs(settings, running=False):
+        if os.path.realpath(path) in seen or not judged:
+            continue
+        values, _, _ = parse_slurm_conf(path)
+        other = ((values.get("epilog") or [None])[-1], (values.get("prolog") or [None])[-1])
+        if other not in wiring:
+            notes.append(f"{path} ({how}) is not the slurm.conf a running slurmd reads, and it gives "
+                         f"Epilog={other[0] or ''} Prolog={other[1] or ''}: a stale file, not judged")
+    return out, problems, notes
 
 
 def verify(expect=None):
@@ -837,47 +1028,17 @@ def verify(expect=None):
                         f"{settings['slurm_config_dir']}/{item['key'].lower()}.sh, run scontrol reconfigure, then "
                         f"remove the old one: state.apply epilog.clean "
                         f"pillar='{{\"epilog_clean\": {{\"slurm_config_dir\": \"{item['dir']}\"}}}}'")
-    conf, found, conf_problems, how = _slurm_conf_epilog(settings)
-    problems.extend(_chain_time_problems(settings, chain, conf_found=found))
-    epilog_sh = os.path.join(chain.confdir, chain.runners["epilog"])
+    judged, conf_problems, conf_notes = _judged_confs(settings)
     problems.extend(conf_problems)
-    if conf is None:
-        problems.append("no slurm.conf found here ($SLURM_CONF, slurm_config_dir, /etc/slurm, slurmd's, the "
-                        "configless cache): Epilog= cannot be checked")
-    elif how == "configless":
-        problems.append(f"this node runs configless: {conf} is slurmd's cache of the controller's slurm.conf; check "
-                        "Epilog=/Prolog= in the controller's")
-    if conf is None:
-        pass
-    elif len(set(found["_epilogs"])) > 1:
-        problems.append(f"{conf} gives Epilog= {len(found['_epilogs'])} times ({', '.join(found['_epilogs'])}): "
-                        "Slurm before 24.05 runs only the last; 24.05 and later run each in turn, and one that "
-                        f"fails stops the rest and drains the node (want only Epilog={epilog_sh}; a site's "
-                        "own epilog belongs in epilog.d)")
-    elif "epilog" not in found:
-        problems.append(f"{conf} has no Epilog=: the chain never runs (want Epilog={epilog_sh})")
-    elif found["epilog"].endswith("*"):
-        problems.append(f"{conf} has Epilog={found['epilog']}: Slurm runs a glob in reverse order (want Epilog={epilog_sh})")
-    elif os.path.normpath(found["epilog"]) != os.path.normpath(epilog_sh):
-        problems.append(f"{conf} has Epilog={found['epilog']}, not the laid-down {epilog_sh}")
-    if conf is not None:
-        prolog_sh = os.path.join(chain.confdir, chain.runners["prolog"])
-        if os.path.normpath(found.get("prolog", "")) != os.path.normpath(prolog_sh):
-            problems.append(f"{conf} has Prolog={found.get('prolog', '')}, not the laid-down {prolog_sh}")
-        if not {"alloc", "contain"} <= prolog_flags(found.get("prologflags", "")):
-            problems.append(f"{conf} has PrologFlags={found.get('prologflags', '')}: want Alloc,Contain, or a flag "
-                            "that sets both (Contain, X11, RunInJob): the prolog opens ssh at allocation; every "
-                            "allocation needs a step for the last-job check")
-        spool = found.get("slurmdspooldir", "/var/spool/slurmd")
-        if os.path.normpath(spool) != os.path.normpath(settings["slurmd_spool_dir"]):
-            problems.append(f"{conf} has SlurmdSpoolDir={spool}, but epilog:slurmd_spool_dir is "
-                            f"{settings['slurmd_spool_dir']}")
-        proctrack = found.get("proctracktype", "proctrack/cgroup")
-        if proctrack.lower() != "proctrack/cgroup":
-            notes.append(f"{conf} has ProctrackType={proctrack}: a daemon a job starts (setsid, double fork) "
-                         "escapes Slurm's tracking and outlives the job; part 40 kills it only after the user's "
-                         "last job here. proctrack/cgroup keeps every process of a job in its cgroup")
-        notes.extend(_job_container_notes(conf, found, settings))
+    notes.extend(conf_notes)
+    if not judged:
+        problems.extend(_chain_time_problems(settings, chain, conf_found={}))
+    slurm_conf = []
+    for conf, found, how in judged:
+        slurm_conf.append({"file": conf, "how": how})
+        more_problems, more_notes = _conf_problems(settings, chain, conf, found)
+        problems.extend(more_problems)
+        notes.extend(more_notes)
     problems_pam, notes_pam = _ssh_access(settings)
     problems.extend(problems_pam)
     notes.extend(notes_pam)
@@ -886,7 +1047,7 @@ def verify(expect=None):
 
     return {"result": not problems, "problems": problems, "notes": notes,
             "checked": sorted([item["path"] for item in files] + dirs), "release": release, "manifest": manifest,
-            "content": content, "schedule": schedule}
+            "content": content, "schedule": schedule, "slurm_conf": slurm_conf}
 
 
 def _job_container_notes(conf, found, settings):
@@ -1283,18 +1444,12 @@ def _slurmd_view(settings):
     slurmd would give a job end, its own node name and slurm.conf (a
     configless node's cache when it was started with neither)."""
     env = {"SLURMD_NODENAME": __grains__.get("host", socket.gethostname().split(".")[0])}  # noqa: F821
-    for pid, _ in _running_slurmds():
-        options = _slurmd_options(pid)
-        if options is None:
+    for entry in _slurmds_confs(settings):
+        if entry["conf"] is None:
             continue
-        conf, named = options
-        cache = os.path.join(settings["slurmd_spool_dir"], "conf-cache", "slurm.conf")
-        if not conf and os.path.isfile(cache):
-            conf = cache
-        if conf:
-            env["SLURM_CONF"] = conf
-        env["SLURMD_NODENAME"] = named or env["SLURMD_NODENAME"]
-        return env, int(pid)
+        env["SLURM_CONF"] = entry["conf"]
+        env["SLURMD_NODENAME"] = entry["node"] or env["SLURMD_NODENAME"]
+        return env, entry["pid"]
     return env, 0
 
 
@@ -1444,6 +1599,8 @@ def explain(user, job=None):
         "other_jobs": {"answer": other.answer, "why": other.why},
         "parts": parts,
         "decisions": [f"{level}: {text}" for level, text in decided["lines"]],
+        # the slurm.conf the explained job end reads: the running slurmd's
+        "slurm_conf": {"file": view.get("SLURM_CONF"), "slurmd": slurmd_pid or None},
     }
     report["ssh_sessions"] = _ssh_sessions(settings, user, verdict)
     if uid is None:

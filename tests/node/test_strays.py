@@ -55,11 +55,12 @@ def test_a_stray_is_told_previewed_and_killed_and_the_others_are_kept(own_chain,
     operator: left out. test=True kills, locks and writes nothing."""
     chain = own_chain()
     mark_running(chain, "alice.b")
+    chain.allow_file.write_text("je.kim\nalice\nalice.b\n")
     preview = look(chain, kill=True, test=True)
     users = told(preview)
     assert users["alice"]["answer"] == "stray" and users["alice"]["kill"] == "would kill", users
     assert "node-local: no step of another job" in users["alice"]["why"]
-    assert any(p["pid"] == processes["alice"].pid and p["command"] == "sleep 600" and p["age"] is not None
+    assert any(p["pid"] == processes["alice"].pid and p["command"] == "sleep" and p["age"] is not None
                for p in users["alice"]["strays"]), users["alice"]
     assert users["alice.b"]["answer"] == "job" and "job 9100" in users["alice.b"]["why"], users
     assert "je.kim" not in users and preview["counts"]["operators"] >= 1, preview
@@ -76,6 +77,9 @@ def test_a_stray_is_told_previewed_and_killed_and_the_others_are_kept(own_chain,
     wait_for(lambda: processes["alice"].poll() is not None and processes["alicex"].poll() is not None, 10,
              what="the strays to die")
     assert processes["alice"].returncode < 0 and processes["alicex"].returncode < 0
+    # as at her last job end: her ssh line first (39), then her processes (40)
+    assert chain.allow_file.read_text() == "je.kim\nalice.b\n"
+    assert users["alice"]["kill"]["parts"] == {"39-lastuserjob-ssh": 0, "40-lastuserjob-processes": 0}, users
     assert still_running(processes["alice.b"], grace=0) and still_running(processes["je.kim"], grace=0)
     assert done["counts"]["killed"] >= 2 and done["counts"]["stray_users"] >= 2
 
@@ -114,7 +118,8 @@ def test_a_failed_lookup_is_never_a_licence_to_kill(own_chain, processes, accoun
         report = look(chain, kill=True)
         users = told(report)
         assert users["alice"]["answer"] == "unknown" and "nosuch-operator" in users["alice"]["why"], users
-        assert users[None]["uid"] == 50199 and users[None]["answer"] == "unknown", users
+        assert {"uid": 50199, "processes": 1} in report["no_account"], report
+        assert None not in users and report["counts"]["no_account_uids"] >= 1
         assert report["counts"]["killed"] == 0
         assert all(still_running(proc, grace=0) for proc in (*processes.values(), nobody, orphan))
     finally:

@@ -3,7 +3,7 @@ on a node laid down by the real state (the node fixture); the parser's
 table of the forms Slurm accepts is in tests/unit."""
 import pytest
 
-from tests.helpers import RELEASES
+from tests.helpers import RELEASES, mount_namespace
 
 
 @pytest.mark.parametrize("text", [
@@ -32,25 +32,32 @@ def test_clean_refuses_while_any_form_names_the_chain(node, text):
 
 
 def test_clean_refuses_when_it_cannot_tell(node):
+    """Run where this node has no slurm.conf of its own and no slurmd (a
+    mount and pid namespace of their own: a machine's own /etc/slurm and
+    slurmd are never what the test assumes away)."""
     node.apply()
     conf = node.conf_dir / "slurm.conf"
     conf.write_text("ClusterName=x\nInclude gone.conf\n")
-    refused = node.minion.apply("epilog.clean")
-    assert not refused.ok and "gone.conf cannot be read" in refused.text, refused
-    conf.unlink()  # and no other slurm.conf on this node: configless, or not there at all
-    refused = node.minion.apply("epilog.clean")
-    assert not refused.ok and "no slurm.conf found" in refused.text, refused
-    assert (node.conf_dir / "epilog.sh").is_symlink()
-    # configless: slurmd's cache in its spool is what it runs
-    cache = node.base / "spool/conf-cache"
-    cache.mkdir()
-    (cache / "slurm.conf").write_text(f"Epilog = \"{node.conf_dir}/epilog.sh\"\n")
-    report = node.run("verify")
-    assert any("runs configless" in p for p in report["problems"]), report
-    refused = node.minion.apply("epilog.clean")
-    assert not refused.ok and "conf-cache/slurm.conf names" in refused.text, refused
-    (cache / "slurm.conf").write_text("ClusterName=x\n")
-    node.apply("epilog.clean")
+    with mount_namespace(fresh=("/etc/slurm",), pid=True) as alone:
+        refused = node.call("state.apply", "epilog.clean", prefix=alone)
+        assert refused.returncode != 0 and "gone.conf cannot be read" in refused.stdout, refused
+        conf.unlink()  # and no other slurm.conf on this node: configless, or not there at all
+        refused = node.call("state.apply", "epilog.clean", prefix=alone)
+        assert refused.returncode != 0 and "no slurm.conf found" in refused.stdout, refused
+        assert (node.conf_dir / "epilog.sh").is_symlink()
+        # configless: slurmd's cache in its spool is what it runs
+        cache = node.base / "spool/conf-cache"
+        cache.mkdir()
+        (cache / "slurm.conf").write_text(f"Epilog = \"{node.conf_dir}/epilog.sh\"\n")
+        report = node.call("epilog.verify", prefix=alone).data
+        assert f"no slurmd runs here: judged {cache}/slurm.conf (found as configless), which no running slurmd " \
+            "confirmed" in report["notes"], report
+        assert report["slurm_conf"] == [{"file": f"{cache}/slurm.conf", "how": "configless"}], report
+        refused = node.call("state.apply", "epilog.clean", prefix=alone)
+        assert refused.returncode != 0 and "conf-cache/slurm.conf names" in refused.stdout, refused
+        (cache / "slurm.conf").write_text("ClusterName=x\n")
+        ret = node.call("state.apply", "epilog.clean", prefix=alone)
+        assert ret.returncode == 0, ret
     assert not (node.conf_dir / "epilog.sh").exists()
 
 

@@ -28,7 +28,7 @@ SLURMS = {
 # The tests of what happens at a real job end run on each release; the
 # others (a master serving salt/, a release switched under fire) on 22.05.
 ON_EVERY_SLURM = ("test_slurm_job_end.py", "test_sweep_job_end.py", "test_hostile_job_end.py",
-                  "test_cgroup_job_end.py")
+                  "test_cgroup_job_end.py", "test_su_job_end.py")
 SSHD_PORT = 2222
 LISTFILE_SSHD_PORT = 2223
 OPERATOR = "opal"
@@ -212,7 +212,13 @@ def tmpfs_slurm(munge, accounts, slurm_release):
 
 
 @contextlib.contextmanager
-def running_slurm(slurm_release, cgroup=False, tmpfs=False):
+def running_slurm(slurm_release, cgroup=False, tmpfs=False, conf_via="env"):
+    """A real one-node Slurm of SLURM_RELEASE, its Epilog=/Prolog= the chain
+    (laid down without Salt). slurmd finds its slurm.conf by CONF_VIA:
+    SLURM_CONF in its environment ("env", as a systemd Environment= line
+    gives it), its -f ("-f"), or configless from slurmctld ("configless":
+    --conf-server, no local file; it caches the controller's in its spool).
+    The clients always have SLURM_CONF."""
     sbin, bin_dir = SLURMS[slurm_release]["sbin"], SLURMS[slurm_release]["bin"]
     how = "bash .ci/slurm-24.11" if slurm_release == "24.11" else "bash .ci/setup"
     for tool in (sbin / "slurmctld", sbin / "slurmd", *(bin_dir / t for t in ("srun", "sbatch", "scontrol", "sinfo"))):
@@ -259,6 +265,7 @@ Epilog={chain.conf_dir}/epilog.sh
 Prolog={chain.conf_dir}/prolog.sh
 PrologFlags={"Contain" if cgroup or tmpfs else "Alloc"}
 PrologEpilogTimeout=120
+{"SlurmctldParameters=enable_configless" if conf_via == "configless" else ""}
 NodeName={HOST} CPUs={os.cpu_count()} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
@@ -272,7 +279,13 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     try:
         s.cmd(str(sbin / "slurmctld"))
         wait_for(lambda: s.cmd("scontrol", "ping", check=False).returncode == 0, 30, what="slurmctld")
-        s.cmd(str(sbin / "slurmd"))
+        if conf_via == "env":
+            s.cmd(str(sbin / "slurmd"))
+        else:
+            own = {key: value for key, value in s.env.items() if key != "SLURM_CONF"}
+            argv = ["-f", str(conf)] if conf_via == "-f" else ["--conf-server", f"{HOST}:{slurmctld_port}"]
+            subprocess.run([str(sbin / "slurmd"), *argv], env=own, capture_output=True, text=True, check=True,
+                           timeout=60)
         s.wait_idle()
         version = s.cmd("scontrol", "--version").stdout.split()  # "slurm 24.11.5", "slurm-wlm 22.05.8"
         assert version and version[-1].startswith(f"{slurm_release}."), (slurm_release, version)
@@ -280,6 +293,10 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     finally:
         stop_pidfile(base / "run/slurmd.pid")
         stop_pidfile(base / "run/slurmctld.pid")
+        # a configless slurmd's link to its cache (/run/slurm/conf), once it points nowhere
+        link = Path("/run/slurm/conf")
+        if link.is_symlink() and os.readlink(link).startswith(str(base)):
+            link.unlink()
         shutil.rmtree(base, ignore_errors=True)
 
 

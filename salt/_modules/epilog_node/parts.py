@@ -300,7 +300,7 @@ def _scan(uid, user, x):
     return xs, found
 
 
-def kill_uid(uid, user, until=None, x=None):
+def kill_uid(uid, user, until=None, x=None, rounds_max=None):
     """Kill every process of UID, from this very process, which must be one
     of its own (its uids change; the runner ends the worker that ran it, so
     nothing the user could do to it while it acted as UID, a renice or a CPU
@@ -315,12 +315,20 @@ def kill_uid(uid, user, until=None, x=None):
       is UID or X, never anyone else's. No process may hold X as its real
       or saved uid (checked first), and of the part 40s of the node (two
       users' job ends at once) each holds an X of its own (kill()'s slot):
-      one X would let each reach the other. The kernel delivers it to every such
-      process at once, so a fork loop cannot outrun it;
-    * each round stops them all (SIGSTOP) and kills them all (SIGKILL), then,
-      as root again, waits a little for those it saw to die and scans /proc
-      for any process of UID still alive, until none is left or the bound
-      (50 rounds, 5 s) is hit. A login that passed its check just before 39
+      one X would let each reach the other;
+    * each round sends one signal, SIGKILL, through kill(-1), and nothing
+      else. The kernel walks its task list for kill(-1) under tasklist_lock,
+      which fork needs for writing, and fork refuses a child to a process
+      with a fatal signal pending: a fork loop has no child the walk misses,
+      and none after it, so one round leaves it no survivor. No SIGSTOP:
+      util-linux su and runuser, which run as root, stop themselves when
+      their child stops, and a child killed while they are stopped stays
+      their unreaped zombie, their PAM session open (resume_parents() still
+      resumes one the user stopped that way);
+    * after each round, as root again, it waits a little for those it saw
+      to die and scans /proc for any process of UID still alive, until none
+      is left or the bound (50 rounds, 5 s; ROUNDS_MAX rounds when given)
+      is hit. A login that passed its check just before 39
       revoked it is still in progress while root's sshd monitor for it
       ("sshd: USER [priv]", a title only root's sshd can set) lives, so the
       rounds go on until those are gone too (a monitor still at the password
@@ -365,11 +373,10 @@ def kill_uid(uid, user, until=None, x=None):
             os.setresuid(-1, uid, -1)
             if os.getresuid() != (x, uid, 0):
                 return Killed("failed", rounds, signalled, [], "the sender's uids are %r" % (os.getresuid(),), jobs)
-            for sig in (signal.SIGSTOP, signal.SIGKILL):
-                try:
-                    os.kill(-1, sig)
-                except OSError:
-                    pass
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
             os.setresuid(-1, 0, -1)
             # Wait a little for those seen to die, then look at everything again.
             for wait in range(1, 21):
@@ -383,7 +390,7 @@ def kill_uid(uid, user, until=None, x=None):
                 left = real
             if not left:
                 return Killed("done", rounds, signalled, [], "", jobs)
-            if rounds >= ROUNDS or time.monotonic() > deadline:
+            if rounds >= (rounds_max or ROUNDS) or time.monotonic() > deadline:
                 if not real:
                     return Killed("done", rounds, signalled, [], "", jobs)
                 return Killed("bound", rounds, signalled, real, "", jobs)
@@ -398,6 +405,39 @@ def kill_uid(uid, user, until=None, x=None):
             os.setgroups(groups)
         except OSError:
             pass
+
+
+def resume_parents(uid):
+    """SIGCONT to each stopped process (state T, never a traced one) of
+    another uid whose child is a zombie of UID: util-linux su and runuser,
+    root's, stop themselves when their child stops (the user can stop their
+    own process), and would keep their killed child unreaped and their PAM
+    session open until somebody continued them; continued, they reap it and
+    exit. Only zombies of UID (their /proc entry UID's) cost a read. The
+    pids resumed."""
+    resumed = []
+    for pid in system.pids():
+        try:
+            if os.lstat("/proc/" + pid).st_uid != uid:
+                continue
+        except OSError:
+            continue
+        fields = system.status(pid)
+        uids = system.uids_of(fields)
+        if not fields or fields.get("State", "")[:1] != "Z" or not uids or uids[0] != uid:
+            continue
+        parent = fields.get("PPid", "")
+        if not system.digits(parent) or parent in ("0", "1"):
+            continue
+        above = system.status(parent)
+        owner = system.uids_of(above)
+        if above and above.get("State", "")[:1] == "T" and owner and owner[0] != uid:
+            try:
+                os.kill(int(parent), signal.SIGCONT)
+                resumed.append("%s(%s)" % (parent, above.get("Name", "?")))
+            except OSError:
+                pass
+    return resumed
 
 
 def kill_slots(ctx, uid):
@@ -464,12 +504,17 @@ def kill(ctx):
                 os.close(fd)
         if result.outcome != "refused":
             break
+    resumed = resume_parents(uid) if result.outcome in ("done", "bound") else []
     classified = min(len(result.signalled), CLASSIFY_MAX)
     own = [entry for entry, job in result.jobs.items() if job == ctx.job]
     other = sorted("%s job %s" % (entry, job) for entry, job in result.jobs.items() if job != ctx.job)
-    ctx.fact("kill", {"outcome": result.outcome, "signalled": len(result.signalled),
+    ctx.fact("kill", {"outcome": result.outcome, "rounds": result.rounds, "signalled": len(result.signalled),
                       "strays": classified - len(result.jobs), "in_job_cgroup": len(own),
-                      "in_other_job_cgroup": len(other), "unclassified": len(result.signalled) - classified})
+                      "in_other_job_cgroup": len(other), "unclassified": len(result.signalled) - classified,
+                      "resumed": len(resumed)})
+    if resumed:
+        ctx.log("info", "resumed the stopped parents of killed processes of uid %d (su, runuser): %s"
+                % (uid, some(resumed)))
     signalled = some(result.signalled)
     if own:
         # Under proctrack/cgroup Slurm ends what is in the job's cgroup before

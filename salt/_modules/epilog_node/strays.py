@@ -16,8 +16,13 @@ rules and nothing else:
   slurmstepds, the controller only where a job end would ask it). The lock
   is taken without waiting: a job end or a prolog of the user holds it, and
   the user is left to them (unknown);
-* the kill: part 40 itself, in a worker of the runner's, under the user's
-  lock, exactly as at a job end.
+* a process in a Slurm job's cgroup of the user's (directories only root
+  makes) is a job of theirs; without marks in a directory only root can
+  write (the prolog marks a new job there and waits for the lock), nobody
+  is a stray;
+* the kill: part 39 (the ssh line, unless epilog:ssh_access leaves it out)
+  and part 40 themselves, each in a worker of the runner's, under the
+  user's lock and never past the prolog's wait for it, as at a job end.
 
 judge() is the decision, a function of its facts; run() gathers them. Only
 "stray" is ever killed; "unknown" never is.
@@ -89,7 +94,11 @@ def boot_time():
 
 def processes(me, now):
     """{uid: [Process]} of the live processes here by their real uid: not
-    root's, not a kill slot's (a part 40 acting), not this one's."""
+    root's, not a kill slot's (a part 40 acting), not this one's. Each
+    costs three small reads that never wait on the process (status, stat,
+    cgroup): its command line is never read (that read waits on the
+    process's memory map, which a process stuck on a hung file system
+    holds), so its command is its name."""
     boot, ticks = boot_time(), os.sysconf("SC_CLK_TCK")
     slots = set(system.UID_MAX_REAL - i for i in range(parts.KILL_SLOTS))
     out = {}
@@ -102,14 +111,13 @@ def processes(me, now):
         uids = system.uids_of(fields)
         if not uids or uids[0] == 0 or uids[0] in slots:
             continue
-        title = system.cmdline(pid, 256).rstrip(b"\0").replace(b"\0", b" ")
-        command = system.show(os.fsdecode(title)) if title else "[%s]" % system.show(fields.get("Name", "?"))
         try:
             stat_text = system.read_file("/proc/%s/stat" % pid, 4096)
         except OSError:
             stat_text = b""
         age = age_of(stat_text, boot, ticks, now) if boot is not None else None
-        out.setdefault(uids[0], []).append(Process(int(pid), command, age, system.job_cgroup(pid, uids[0])))
+        out.setdefault(uids[0], []).append(Process(int(pid), system.show(fields.get("Name", "?")), age,
+                                                   system.job_cgroup(pid, uids[0])))
     return out
 
 
@@ -123,13 +131,19 @@ def account(uid):
         return None
 
 
+# the parts a strays kill runs, in order, under the user's lock: the ssh
+# line first (a killed user with an allow line would log in again), as at a
+# last job end
+KILL_PARTS = ("39-lastuserjob-ssh", KILL_PART)
+
+
 def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0):
     """The strays of this node now, by the rules of the release in
     RELEASE_DIR, as a report; with KILL (and not TEST) each stray account's
-    processes are killed by part 40 under its lock. ENV: SLURMD_NODENAME
-    and SLURM_CONF as slurmd would give a job end. Unless TEST, the log
-    gets a line per account killed or not told, and the record file one
-    record."""
+    ssh line is revoked (39) and its processes killed (40) under its lock.
+    ENV: SLURMD_NODENAME and SLURM_CONF as slurmd would give a job end.
+    Unless TEST, the log gets a line per account killed or not told, and
+    the record file one record."""
     now = time.time()
     run_ = runner.Run(release_dir, "epilog", dict(env, SLURM_JOB_USER="", SLURM_JOB_UID="", SLURM_JOB_ID=""),
                       explain=bool(test), slurmd_pid=slurmd_pid, source="epilog.strays")
@@ -138,49 +152,68 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0):
     deadline = time.monotonic() + settings["chain_timeout"]
     defs = system.login_defs()
     found = processes(os.getpid(), now)
-    users, counts = [], dict.fromkeys(("stray", "job", "operator", "system", "unknown"), 0)
+    # one set of node facts for the whole look (root's slurmstepds, and the
+    # controller, asked once at most); the marks are read for each user
+    # under their lock
+    facts = evidence.NodeFacts(run_, False, int(now))
+    users, nameless = [], []
+    counts = dict.fromkeys(("stray", "job", "operator", "system", "unknown"), 0)
     killed = 0
     for uid in sorted(found):
         procs = found[uid]
         if system_uid(uid, defs):
             counts["system"] += 1
             continue
-        name = account(uid)
-        entry = {"user": name, "uid": uid, "processes": len(procs)}
-        if time.monotonic() > deadline:
-            answer, why = "unknown", "out of time (chain_timeout %d s)" % settings["chain_timeout"]
-            lock = None
-        else:
-            answer, why, lock = _decide(run_, uid, name, bool(test))
-        counts[answer] += 1
-        if answer in ("operator", "system"):
-            if lock is not None:
-                os.close(lock)
+        name = account(uid) if time.monotonic() < deadline else None
+        if name is None and time.monotonic() < deadline:
+            # no account: a deleted user's, a container's subordinate uid;
+            # summed up, never killed
+            counts["unknown"] += 1
+            nameless.append({"uid": uid, "processes": len(procs)})
             continue
-        entry.update(answer=answer, why=why)
-        if answer == "stray":
-            entry["strays"] = [{"pid": p.pid, "command": p.command, "age": p.age, "job_cgroup": p.job}
-                               for p in procs[:LIST_MAX]]
-            entry["more"] = max(0, len(procs) - LIST_MAX)
-        if answer == "stray" and kill:
-            if test:
-                entry["kill"] = "would kill"
+        entry = {"user": name, "uid": uid, "processes": len(procs)}
+        held = None
+        try:
+            if time.monotonic() > deadline:
+                answer, why = "unknown", "out of time (chain_timeout %d s)" % settings["chain_timeout"]
             else:
-                entry["kill"] = _kill(run_, uid, name, lock, deadline)
-                killed += entry["kill"].get("signalled", 0)
-                lock = None
-        if lock is not None:
-            os.close(lock)
-        if answer == "unknown" and not test:
-            run_.log.warning("strays: uid %d (%s) not told: %s; left alone" % (uid, system.show(name or "?"), why))
+                answer, why, held = _decide(run_, facts, uid, name, procs, bool(test))
+            counts[answer] += 1
+            if answer in ("operator", "system"):
+                continue
+            entry.update(answer=answer, why=why)
+            if answer == "stray":
+                entry["strays"] = [{"pid": p.pid, "command": p.command, "age": p.age} for p in procs[:LIST_MAX]]
+                entry["more"] = max(0, len(procs) - LIST_MAX)
+                if kill:
+                    entry["kill"] = "would kill" if test else _kill(run_, uid, name, held, deadline)
+                    held = None
+                    if isinstance(entry["kill"], dict):
+                        killed += entry["kill"]["signalled"]
+            elif answer == "unknown" and not test:
+                run_.log.warning("strays: uid %d (%s) not told: %s; left alone" % (uid, system.show(name), why))
+        except Exception as exc:  # noqa: BLE001 - one account's failure (a fork refused) is not the look's
+            entry.update(answer="unknown", why="failed: %s: %s" % (type(exc).__name__, exc))
+            counts["unknown"] += 1
+            if not test:
+                run_.log.warning("strays: uid %d (%s): %s" % (uid, system.show(name), entry["why"]))
+        finally:
+            if held is not None:
+                os.close(held[0])
         users.append(entry)
+    if nameless and not test:
+        run_.log.warning("strays: %d uid(s) with no account on this node run processes (left alone): %s"
+                         % (len(nameless), parts.some(["%d(%d)" % (n["uid"], n["processes"]) for n in nameless])))
+    # the strays first, in the report and the record
+    users.sort(key=lambda u: (u["answer"] != "stray", u["uid"]))
     report = {
         "node": run_.env.get("SLURMD_NODENAME", ""), "release": run_.release, "test": bool(test), "kill": bool(kill),
-        "source": source, "users": users,
+        "source": source, "users": users, "no_account": nameless[:LIST_MAX],
         "counts": {"stray_users": counts["stray"], "stray_processes": sum(u["processes"] for u in users
                                                                            if u["answer"] == "stray"),
                    "killed": killed, "job_users": counts["job"], "unknown_users": counts["unknown"],
-                   "operators": counts["operator"], "system_accounts": counts["system"]},
+                   "no_account_uids": len(nameless), "operators": counts["operator"],
+                   "system_accounts": counts["system"]},
         "ms": int((time.time() - now) * 1000),
     }
     if not test:
@@ -190,55 +223,76 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0):
     return report
 
 
-def _decide(run_, uid, name, test):
+def _decide(run_, facts, uid, name, procs, test):
     """(answer, why, the user's lock or None) of one account: the guard on
-    the release's list, then, under the user's lock taken without waiting,
-    the last-job evidence for no job at all. The lock is held only for a
-    stray."""
-    ident = guard.identity(name, str(uid), guard.resolve, run_.account_chars) if name else \
-        guard.Identity(False, None, "uid %d has no account on this node" % uid)
-    verdict = guard.check(ident, name or "", run_.names["localusers"])
+    the release's list; a process in a Slurm job's cgroup of theirs (a
+    directory only root makes) is a job; then, under the user's lock taken
+    without waiting, the last-job evidence for no job at all. Only marks in
+    a directory only root can write, under that lock, are a licence: the
+    prolog marks a new job there and waits for the lock. The lock is kept
+    only for a stray, with the time it was taken."""
+    ident = guard.identity(name, str(uid), guard.resolve, run_.account_chars)
+    verdict = guard.check(ident, name, run_.names["localusers"])
     answer, why = judge(ident, verdict, None)
     if answer != "unknown" or verdict.answer != "act":
         return answer, why, None
-    lock, locked = None, True
-    if run_.marks_trusted and not test:
+    in_job = [p for p in procs if p.job is not None]
+    if in_job:
+        return "job", "process %d is in the cgroup of Slurm job %s" % (in_job[0].pid, in_job[0].job), None
+    if not run_.marks_trusted:
+        return "unknown", "%s is not a directory only root can write: no job marks to go by" % run_.run_dir, None
+    lock = None
+    if not test:
         lock = run_.lock_user(str(uid), 0)
-        locked = lock is not None
-    run_.user = name
-    facts = evidence.NodeFacts(run_, locked, int(time.time()))
+        if lock is None:
+            return "unknown", "a job end or prolog of the user holds %s/lock.%d" % (run_.run_dir, uid), None
+    facts.locked, facts.now = True, int(time.time())
     other = evidence.decide("", str(uid), facts, run_.settings["chain_timeout"])
-    if other.answer == "unknown" and not locked:
-        other = evidence.Answer("unknown", "a job end or prolog of the user holds %s/lock.%d" % (run_.run_dir, uid),
-                                (), False)
     answer, why = judge(ident, verdict, other)
     if answer != "stray" and lock is not None:
         os.close(lock)
         lock = None
-    return answer, why, lock
+    return answer, why, (lock, time.monotonic()) if lock is not None else None
 
 
-def _kill(run_, uid, name, lock, deadline):
-    """Part 40 for UID, in a worker of its own, with LOCK (closed here)
-    held throughout. What it reported: outcome and signalled."""
+def _kill(run_, uid, name, held, deadline):
+    """Parts 39 (unless the settings leave it out) and 40 for UID, each in a
+    worker of its own, with the user's lock HELD ((descriptor, when taken),
+    closed here) throughout, and never past the prolog's wait for it (as a
+    job end's lastuserjob parts), nor DEADLINE. What 40 reported: outcome,
+    signalled, and the parts' exit status."""
+    lock, taken = held if held is not None else (None, time.monotonic())
+    until = min(deadline, taken + run_.lock_wait() - 3)
+    done, facts = {}, {}
     try:
         run_.user = name
         run_.identity = guard.Identity(True, uid, "")
-        seconds = max(1, min(run_.settings["part_timeout"], int(deadline - time.monotonic())))
-        rc, facts = run_.run_own(KILL_PART, seconds, uid, [lock] if lock is not None else [])
+        for part in KILL_PARTS:
+            if parts.not_run(part, run_.settings):
+                continue
+            seconds = min(run_.settings["part_timeout"], int(until - time.monotonic()))
+            if seconds < 1:
+                done[part] = "not run: a new job of the user may start now (its prolog waits %ds at most)" \
+                    % run_.lock_wait()
+                continue
+            rc, facts[part] = run_.run_own(part, seconds, uid, [lock] if lock is not None else [])
+            done[part] = rc
         run_.stop_worker()
     finally:
         if lock is not None:
             os.close(lock)
-    kill = facts.get("kill") if isinstance(facts.get("kill"), dict) else {}
-    return {"rc": rc, "outcome": kill.get("outcome", "failed"), "signalled": int(kill.get("signalled") or 0)}
+    kill = facts.get(KILL_PART, {}).get("kill")
+    kill = kill if isinstance(kill, dict) else {}
+    signalled = kill.get("signalled")
+    return {"parts": done, "outcome": kill.get("outcome", "not run"),
+            "signalled": signalled if isinstance(signalled, int) and not isinstance(signalled, bool) else 0}
 
 
 def _record(run_, report):
     """The record of this look: stage strays, the counts, the first
-    accounts told."""
+    accounts told (the strays first)."""
     users = [{"user": record.text(u["user"] or "", 64), "uid": u["uid"], "answer": u["answer"],
-              "processes": u["processes"], "kill": (u.get("kill") or {}).get("outcome") if isinstance(u.get("kill"), dict)
+              "processes": u["processes"], "kill": u["kill"].get("outcome") if isinstance(u.get("kill"), dict)
               else None} for u in report["users"][:RECORD_USERS]]
     rec = record.build("strays", report["node"], None, None, None, run_.release, run_.start, report["ms"], None,
                        None, run_.log.warnings, [])

@@ -1,0 +1,66 @@
+"""Why part 40 sends what it sends, on real processes: one kill(-1,
+SIGKILL) from a process of the user leaves a fork loop no survivor (the
+kernel refuses a fork to a process with a fatal signal pending, and walks
+the task list for kill(-1) under the lock fork needs), so the kill needs no
+SIGSTOP, which would leave root's su and runuser stopped with an unreaped
+child; and a su the user stopped themselves (by stopping its child) is
+resumed, reaps its child and exits."""
+import subprocess
+from pathlib import Path
+
+from tests.helpers import as_user, end, hostile, kill_all_of, live_processes_of, slurmd_env, uid_of, wait_for
+
+ALICE = "alice"
+
+
+def state(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def test_one_kill_of_all_leaves_a_fork_loop_no_survivor(chain, cbin, accounts):
+    """Part 40's own kill, bound to one round: a single kill(-1, SIGKILL)
+    from its sender. After it no signal is sent, and the fork loop dies out
+    all the same: no child was born that the one signal missed."""
+    try:
+        loop, line = hostile(ALICE, str(cbin / "fighter"), "forkloop", reaper=cbin / "fighter")
+        assert line == "ready"
+        # its pid moves at every fork: a scan of /proc may miss it, never its fork count
+        before = wait_for(lambda: int(Path("/proc/loadavg").read_text().split()[4]), 5, what="the last pid")
+        wait_for(lambda: int(Path("/proc/loadavg").read_text().split()[4]) > before + 100, 10,
+                 what="the fork loop to fork")
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); from epilog_node import parts; "
+                "k = parts.kill_uid(int(sys.argv[2]), 'alice', rounds_max=1); print(k.outcome, k.rounds)")
+        ret = subprocess.run(["/usr/bin/python3", "-I", "-B", "-c", code, str(chain.release), str(uid_of(ALICE))],
+                             capture_output=True, text=True, timeout=60)
+        outcome, rounds = ret.stdout.split()
+        assert outcome in ("done", "bound") and rounds == "1", ret
+        # the reaper (root's subreaper of every process the loop forks) exits
+        # once it has no descendant left: the loop died out, no signal more
+        assert loop.wait(timeout=20) == 0
+        assert not live_processes_of(uid_of(ALICE))
+    finally:
+        kill_all_of(ALICE)
+
+
+def test_a_su_the_user_stopped_is_resumed_and_ends(chain, accounts):
+    """root's `su alice -c ...`: alice stops her own process under it, so su
+    stops itself (state T). Part 40 kills her process and continues su,
+    which reaps its child and exits; part 40's record counts it."""
+    su = subprocess.Popen(["su", ALICE, "-s", "/bin/sh", "-c", "sleep 600; true"], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        child = wait_for(lambda: next(iter(live_processes_of(uid_of(ALICE))), None), 10, what="su's child")
+        subprocess.run([*as_user(ALICE), "kill", "-STOP", str(child)], check=True)
+        wait_for(lambda: state(su.pid) == "T", 10, what="su to stop itself")
+        ret = chain.run_part("40-lastuserjob-processes", slurmd_env(ALICE))
+        assert ret.returncode == 0, ret
+        assert su.wait(timeout=15) != 0  # its child was killed: su says so, and exits
+        log = chain.log_text()
+        assert f"resumed the stopped parents of killed processes of uid {uid_of(ALICE)} (su, runuser): 1 {su.pid}(su)" \
+            in log, log
+    finally:
+        end(su)
+        kill_all_of(ALICE)

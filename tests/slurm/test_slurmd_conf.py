@@ -1,0 +1,72 @@
+"""epilog.verify judges the slurm.conf the running slurmd reads, as slurmd
+itself resolves it, for real: a real Slurm 22.05 whose slurmd finds its
+configuration through SLURM_CONF in its environment, through -f, or
+configless from slurmctld (the cache in its spool), each beside a stale
+/etc/slurm/slurm.conf that says the opposite (in a private mount namespace
+where salt-call runs verify: the node's own /etc/slurm is never touched).
+verify finds no wiring problem exactly when the running slurmd's file wires
+the chain, names the file it judged, and notes the stale one."""
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import SaltCall, mount_namespace
+from tests.salt.conftest import Minion
+from tests.slurm.conftest import OPERATOR, running_slurm
+
+WIRING = ("has no Epilog=", "has Prolog=", "Epilog cannot be checked", "not the laid-down")
+
+
+def wiring_problems(report):
+    return [p for p in report["problems"] if any(word in p for word in WIRING) or p.startswith("slurmd ")]
+
+
+@pytest.mark.parametrize("conf_via", ["env", "-f", "configless"])
+def test_verify_judges_the_running_slurmds_slurm_conf(munge, accounts, salt_factories, tmp_path, conf_via):
+    with running_slurm("22.05", conf_via=conf_via) as slurm, mount_namespace(fresh=("/etc/slurm",)) as ns:
+        minion = Minion(salt_factories, tmp_path / "minion")
+        minion.set_pillar(slurm.chain.pillar(localusers=["root", OPERATOR]))
+        call = SaltCall(minion.config_dir)
+        # the file slurmd reads: its own, or its configless cache
+        read = slurm.conf if conf_via != "configless" else slurm.base / "spool/conf-cache/slurm.conf"
+        assert read.is_file(), read
+        wired = read.read_text()
+        stale = "ClusterName=old\nEpilog=/usr/local/sbin/old-epilog\nProlog=/usr/local/sbin/old-prolog\n"
+
+        def verify(etc_slurm_conf):
+            subprocess.run([*ns, "sh", "-c", "cat > /etc/slurm/slurm.conf"], input=etc_slurm_conf, text=True,
+                           check=True)
+            ret = call("epilog.verify", prefix=ns)
+            assert isinstance(ret.data, dict), ret
+            return ret.data
+
+        # slurmd's file wires the chain, the stale one does not: no false stop
+        report = verify(stale)
+        assert wiring_problems(report) == [], report["problems"]
+        assert report["slurm_conf"] == [{"file": str(read), "how": {"env": "SLURM_CONF", "-f": "-f",
+                                                                     "configless": "configless"}[conf_via]}], report
+        assert any("/etc/slurm/slurm.conf" in n and "stale" in n for n in report["notes"]), report["notes"]
+        # slurmd's file has no Epilog=, the stale one wires the chain: no false pass
+        read.write_text("\n".join(line for line in wired.splitlines() if not line.startswith("Epilog=")) + "\n")
+        try:
+            report = verify(wired)
+            assert any(p.startswith(f"{read} has no Epilog=") for p in report["problems"]), report["problems"]
+            assert report["result"] is False
+        finally:
+            read.write_text(wired)
+
+
+def test_with_no_slurmd_verify_says_which_file_it_judged(munge, accounts, salt_factories, tmp_path):
+    """No slurmd in sight (a pid namespace of its own) and no slurm.conf but
+    the stale /etc/slurm one (a mount namespace of its own): verify judges
+    it, and says no running slurmd confirmed it."""
+    base = Path(tmp_path)
+    minion = Minion(salt_factories, base / "minion")
+    minion.set_pillar({"epilog": {"slurm_config_dir": str(base / "slurm"), "slurmd_spool_dir": str(base / "spool")}})
+    with mount_namespace(fresh=("/etc/slurm",), pid=True) as ns:
+        subprocess.run([*ns, "sh", "-c", "echo Epilog=/usr/local/sbin/old > /etc/slurm/slurm.conf"], check=True)
+        ret = SaltCall(minion.config_dir)("epilog.verify", prefix=ns)
+        assert isinstance(ret.data, dict), ret
+        assert any(n.startswith("no slurmd runs here: judged /etc/slurm/slurm.conf") for n in ret.data["notes"]), ret
+        assert any("/etc/slurm/slurm.conf has Epilog=/usr/local/sbin/old" in p for p in ret.data["problems"]), ret
