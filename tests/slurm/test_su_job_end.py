@@ -68,8 +68,8 @@ def test_root_su_and_runuser_end_with_alices_last_job(slurm, rsyslog, accounts, 
                 assert proc.wait(timeout=15) == 137, (proc.args, state(proc.pid))
             assert not live_processes_of(uid_of(ALICE))
             # each closed its PAM session (pam_unix says so; runuser's lines carry no pid)
-            wait_for(lambda: closed_sessions(rsyslog.text()) == {"su": closed["su"] + 1,
-                                                                  "runuser": closed["runuser"] + 1}, 10,
+            want = {"su": closed["su"] + 1, "runuser": closed["runuser"] + 1}
+            wait_for(lambda want=want: closed_sessions(rsyslog.text()) == want, 10,
                      what="su and runuser to close their PAM sessions")
         finally:
             for proc in (su, runuser):
