@@ -20,7 +20,9 @@ What it does, all in one run:
     find -user -exec rm) run in a run-parts loop with logger calls, as sites
     run them today (the bar: ours at or below it); the bash chain before the
     node program; ours with the metrics textfile on; the process floors
-    (bash -c : and /usr/bin/python3 -ISB -c pass).
+    (bash -c : and /usr/bin/python3 -ISB -c pass);
+  * then, in the same run and IPC namespace of its own, 4,000 System V
+    segments on the node, and ours and the sites' parts timed again.
 Prints a table and one JSON line.
 """
 import argparse
@@ -139,6 +141,23 @@ def lay_down(sandbox, name, tree=None, **extra):
     return base / "slurm"
 
 
+SEGMENTS = 4000
+
+
+def make_segments(count):
+    """COUNT System V shared memory segments of root's (4 KiB each), in this
+    process's IPC namespace: how many could be made."""
+    import ctypes  # pylint: disable=import-outside-toplevel
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    made = 0
+    for _ in range(count):
+        if libc.shmget(0, 4096, 0o1600) < 0:  # IPC_PRIVATE, IPC_CREAT | 0600
+            break
+        made += 1
+    return made
+
+
 def inner(sandbox, runs):
     """Runs inside the private mount namespace."""
     sh("mount", "-t", "tmpfs", "-o", "mode=1777", "bench-tmp", "/tmp")
@@ -195,6 +214,15 @@ def inner(sandbox, runs):
         "bash_floor": (["/bin/bash", "-c", ":"], None),
         "python_floor": (["/usr/bin/python3", "-ISB", "-c", "pass"], None),
     }, env, runs, before=job_start, after=job_end)
+    # The same job end with a node's worth of System V shared memory (4,000
+    # segments of root's, kernel.shmmni is 4096: part 42 reads every row),
+    # timed against the sites' parts again, in this run's IPC namespace.
+    made = make_segments(SEGMENTS)
+    crowded = timed_together({
+        "ours_with_segments": ([str(ours / "epilog.sh")], None),
+        "seed_with_segments": ([str(seed / "epilog.sh")], seed_env),
+    }, env, runs, before=job_start, after=job_end)
+    samples.update(crowded)
     log = (sandbox / "ours/log/epilog.log").read_text().splitlines()
     decisions = [line for line in log if "epilog.sh job=777" in line and "start;" in line]
     node_local = sum("other jobs of this user on this node: no (node-local" in line for line in decisions)
@@ -215,6 +243,7 @@ def inner(sandbox, runs):
     records = (sandbox / "ours/log/records.jsonl").read_text().splitlines()
     return {**{name: stats(values) for name, values in samples.items()},
             "metrics_added_ms": paired(samples["ours_with_metrics"], samples["ours"]),
+            "segments": made, "segments_added_ms": paired(samples["ours_with_segments"], samples["ours"]),
             "ours_minus_seed_ms": paired(samples["ours"], samples["seed_prefix_chain"]),
             "records_written": sum('"stage":"epilog"' in line for line in records),
             "node_local_decisions": f"{node_local}/{len(decisions)}", "strays_killed": f"{killed.get('ours', 0)}/{runs}",
@@ -250,7 +279,7 @@ def main():
                                      check=True, capture_output=True).stdout
             subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
             lay_down(sandbox, name, tree)
-        out = sh("unshare", "--mount", "--propagation", "private", sys.executable, __file__,
+        out = sh("unshare", "--mount", "--ipc", "--propagation", "private", sys.executable, __file__,
                  "--runs", str(args.runs), "--inner", str(sandbox)).stdout
         result = json.loads(out.strip().splitlines()[-1])
     finally:
@@ -268,6 +297,11 @@ def main():
           f"{'met' if ours['median_ms'] <= seed['median_ms'] else 'NOT met'}; per-run difference "
           f"{result['ours_minus_seed_ms']['median_of_differences']:+.2f} ms); "
           f"ours/bash chain {ours['median_ms'] / bash_chain['median_ms']:.2f}x")
+    crowded = result["ours_with_segments"]
+    print(f"  with {result['segments']} shared memory segments on the node: ours {crowded['median_ms']:.2f} ms, "
+          f"sites' parts {result['seed_with_segments']['median_ms']:.2f} ms "
+          f"({crowded['median_ms'] / result['seed_with_segments']['median_ms']:.2f}x); the segments add "
+          f"{result['segments_added_ms']['difference_of_medians']:+.2f} ms to ours")
     metrics = result["metrics_added_ms"]
     print(f"  the metrics textfile adds {metrics['median_of_differences']:.2f} ms (median of per-run differences; "
           f"difference of medians {metrics['difference_of_medians']:.2f} ms); {result['records_written']} records written")

@@ -448,14 +448,14 @@ def load_file(path, name):
 
 
 @contextlib.contextmanager
-def mount_namespace(fresh=(), copied=(), pid=False):
+def mount_namespace(fresh=(), copied=(), pid=False, ipc=False):
     """A private mount namespace, held open by a process while the block
     runs: a fresh tmpfs (0755) on each directory of FRESH, and on each of
     COPIED a tmpfs holding a copy of what the node has there, so whatever
     runs in it writes none of the node's own. With PID, a pid namespace of
     its own too (its /proc shows none of the node's processes: no slurmd of
-    the machine's). Yields the command prefix (nsenter) that runs a command
-    in it."""
+    the machine's); with IPC, a System V IPC namespace of its own. Yields
+    the command prefix (nsenter) that runs a command in it."""
     require_tools("unshare", "nsenter")
     saved = Path(tempfile.mkdtemp(prefix="epilog-ns-", dir="/var/tmp"))
     script = []
@@ -465,7 +465,7 @@ def mount_namespace(fresh=(), copied=(), pid=False):
     script += [f'mount -t tmpfs -o mode=0755 epilog-ns "{directory}"' for directory in fresh]
     pid_ns = ["--pid", "--fork", "--mount-proc"] if pid else []
     holder = subprocess.Popen(
-        ["unshare", "--mount", "--propagation", "private", *pid_ns, "sh", "-c",
+        ["unshare", "--mount", "--propagation", "private", *(["--ipc"] if ipc else []), *pid_ns, "sh", "-c",
          " && ".join([*script, "echo $$ ready"]) + " && exec sleep 3600"],
         stdout=subprocess.PIPE, text=True)
     try:
@@ -474,7 +474,8 @@ def mount_namespace(fresh=(), copied=(), pid=False):
         # with a pid namespace, the holder is unshare's child (pid 1 inside)
         target = holder.pid if not pid else int(Path(f"/proc/{holder.pid}/task/{holder.pid}/children").read_text()
                                                      .split()[0])
-        yield ["nsenter", f"--target={target}", "--mount", *(["--pid"] if pid else []), "--"]
+        yield ["nsenter", f"--target={target}", "--mount", *(["--pid"] if pid else []), *(["--ipc"] if ipc else []),
+               "--"]
     finally:
         holder.kill()
         holder.wait()

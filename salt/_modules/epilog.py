@@ -45,9 +45,10 @@ def _load_package(directory, name):
         spec.loader.exec_module(module)
         for sub in ("system", "log", "guard", "evidence", "record", "sweep", "parts", "runner"):
             setattr(module, sub, importlib.import_module(f"{name}.{sub}"))
-        # what verify alone asks (a release made before it has none)
-        if os.path.isfile(os.path.join(directory, "pam.py")):
-            module.pam = importlib.import_module(f"{name}.pam")
+        # what verify and explain alone ask (a release made before them has none)
+        for sub in ("pam", "ipc"):
+            if os.path.isfile(os.path.join(directory, f"{sub}.py")):
+                setattr(module, sub, importlib.import_module(f"{name}.{sub}"))
     except BaseException:
         for key in [key for key in sys.modules if key == name or key.startswith(name + ".")]:
             del sys.modules[key]
@@ -248,6 +249,22 @@ def _source(kwargs):
     if unknown:
         raise CommandExecutionError(f"unknown argument(s): {', '.join(map(str, unknown))}")
     return "schedule" if kwargs.get("__pub_schedule") else "call"
+
+
+def _ipc_note(settings):
+    """What the kernel removes of System V IPC by itself, and what the chain
+    covers beyond it."""
+    try:
+        with open("/proc/sys/kernel/shm_rmid_forced", "rb") as handle:
+            forced = handle.read(16).strip().decode("ascii", "replace")
+    except OSError:
+        forced = "unknown"
+    kernel = (f"kernel.shm_rmid_forced is {forced}: " + ("the kernel destroys a segment once its creator has exited "
+              "and nothing is attached, segments only" if forced == "1" else "the kernel leaves every segment"))
+    chain = ("at a user's last job end part 42 removes their segments with nothing attached, and their semaphore "
+             "sets and message queues no live process of another uid used last (epilog:ipc_cleanup)"
+             if settings.get("ipc_cleanup", True) else "epilog:ipc_cleanup is off: the chain removes none")
+    return f"{kernel}; {chain}"
 
 
 # the minion's schedule entries epilog.schedule lays down: their functions
@@ -464,68 +481,77 @@ def _running_slurmds():
     return out
 
 
-def _slurmd_options(pid):
-    """(slurm.conf, node name) a running slurmd PID was started with: its
-    -f (or its SLURM_CONF) and its -N, each None when not given; or None
-    when PID cannot be read."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            argv = handle.read().decode(errors="replace").split("\0")
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            env = dict(item.split("=", 1) for item in handle.read().decode(errors="replace").split("\0")
-                       if "=" in item)
-    except OSError:
-        return None
-    found = {"-f": None, "-N": None}
-    for i, arg in enumerate(argv):
-        for option in found:
-            if arg == option and i + 1 < len(argv):
-                found[option] = argv[i + 1]
-            elif arg.startswith(option) and len(arg) > 2:
-                found[option] = arg[2:]
-    conf = found["-f"] or env.get("SLURM_CONF")
-    if conf and not os.path.isabs(conf):
-        conf = os.path.join(f"/proc/{pid}/cwd", conf)
-    return conf or None, found["-N"] or None
-
-
 def _slurmd_conf_paths(settings=None):
     """The slurm.conf each running slurmd reads, as it resolves it."""
     return [found["conf"] for found in _slurmds_confs(settings) if found["conf"]]
 
 
+# slurmd's options that take an argument (its getopt string, 22.05 to 26.05),
+# and its long options (getopt_long takes any unique prefix of one)
+SLURMD_ARG_OPTIONS = "dfLnN"
+SLURMD_LONG_OPTIONS = {"conf-server": True, "conf": True, "extra": True, "instance": True, "authinfo": False,
+                       "help": False, "usage": False, "version": False, "systemd": False}
+
+
+def slurmd_argv(argv):
+    """({option letter: its argument}, {long option: its argument}) of a
+    slurmd command line ARGV, read as slurmd's getopt_long reads it: short
+    options clustered (-Df /x), an argument joined (-f/x) or the next word,
+    a long option by any unique prefix (--conf-s=host), -- the end."""
+    short, long_, i = {}, {}, 1
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        if arg == "--":
+            break
+        if arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            found = [n for n in SLURMD_LONG_OPTIONS if n == name] or \
+                [n for n in SLURMD_LONG_OPTIONS if n.startswith(name)] if name else []
+            if len(found) != 1:
+                continue
+            if SLURMD_LONG_OPTIONS[found[0]] and not eq and i < len(argv):
+                value, i = argv[i], i + 1
+            long_[found[0]] = value
+            continue
+        if not arg.startswith("-") or arg == "-":
+            continue
+        for k, letter in enumerate(arg[1:], 1):
+            if letter in SLURMD_ARG_OPTIONS:
+                if k + 1 < len(arg):
+                    short[letter] = arg[k + 1:]
+                elif i < len(argv):
+                    short[letter], i = argv[i], i + 1
+                break
+            short[letter] = ""
+    return short, long_
+
+
 def slurmd_resolves(argv, env, default_conf, exists):
     """(slurm.conf, how) as slurmd resolves its configuration from its
     command line ARGV, its environment ENV, the build's DEFAULT_CONF (its
-    sysconfdir's slurm.conf, None when unknown) and EXISTS(path), in the
-    precedence of slurmd.c's _establish_configuration: a configuration
-    cache handed to a re-exec'd slurmd (SLURMD_RECONF_CONF_CACHE, 24.11 on
-    reconfigure); --conf-server (configless); -f; SLURM_CONF; the build's
-    default when it exists; else configless (DNS SRV records). A
-    configless answer's path is None: the cache is in slurmd's spool (the
-    caller finds it). how: reconf-cache, -f, SLURM_CONF, default,
-    configless."""
+    sysconfdir's slurm.conf; None when it cannot be told) and EXISTS(path),
+    in the precedence of slurmd.c's _establish_configuration: a
+    configuration cache handed to a re-exec'd slurmd
+    (SLURMD_RECONF_CONF_CACHE, 24.11 on reconfigure); --conf-server
+    (configless); -f; SLURM_CONF; the build's default when it exists; else
+    configless (DNS SRV records). A configless answer's path is None: the
+    cache is in slurmd's spool (the caller finds it); with no -f or
+    SLURM_CONF and a default that cannot be told, (None, "unknown"). how:
+    reconf-cache, -f, SLURM_CONF, default, configless, unknown."""
     cache = env.get("SLURMD_RECONF_CONF_CACHE")
     if cache:
         return cache.rstrip("/") + "/slurm.conf", "reconf-cache"
-    options, server, i = {}, False, 1
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--conf-server" or arg.startswith("--conf-server="):
-            server = True
-        elif arg in ("-f", "-N") and i + 1 < len(argv):
-            options[arg] = argv[i + 1]
-            i += 1
-        elif arg[:2] in ("-f", "-N") and len(arg) > 2:
-            options[arg[:2]] = arg[2:]
-        i += 1
-    if server:
+    short, long_ = slurmd_argv(argv)
+    if "conf-server" in long_:
         return None, "configless"
-    if options.get("-f"):
-        return options["-f"], "-f"
+    if short.get("f"):
+        return short["f"], "-f"
     if env.get("SLURM_CONF"):
         return env["SLURM_CONF"], "SLURM_CONF"
-    if default_conf and exists(default_conf):
+    if default_conf is None:
+        return None, "unknown"
+    if exists(default_conf):
         return default_conf, "default"
     return None, "configless"
 
@@ -539,16 +565,33 @@ def _build_default_conf(pid):
             maps = handle.read(1 << 20).decode(errors="replace").splitlines()
     except OSError:
         return None
-    libs = sorted({line.split(None, 5)[5] for line in maps if len(line.split(None, 5)) == 6
-                   and os.path.basename(line.split(None, 5)[5]).startswith("libslurm")
-                   and ".so" in os.path.basename(line.split(None, 5)[5])})
-    for lib in libs:
-        if not _root_file(lib):
+    libs = {}
+    for line in maps:
+        fields = line.split(None, 5)
+        if len(fields) == 6 and os.path.basename(fields[5]).startswith("libslurm") and ".so" in fields[5]:
+            libs.setdefault(fields[5], fields[0])
+    for lib, where in sorted(libs.items()):
+        # a library replaced by an upgrade since slurmd started is read
+        # through the mapping itself (root's file, nobody else's to write)
+        path = f"/proc/{pid}/map_files/{where}" if lib.endswith(" (deleted)") else lib
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
             continue
         try:
-            with open(lib, "rb") as handle:
-                data = handle.read(64 << 20)
+            st = os.fstat(fd)
+            trusted = st.st_uid == 0 and not st.st_mode & 0o022 and (path != lib or _root_file(lib))
+            data = os.read(fd, 64 << 20) if trusted else b""
+            while trusted and len(data) < st.st_size and len(data) < 64 << 20:
+                more = os.read(fd, 64 << 20)
+                if not more:
+                    break
+                data += more
         except OSError:
+            continue
+        finally:
+            os.close(fd)
+        if not data:
             continue
         for found in re.finditer(rb"\0(/[A-Za-z0-9._+@/-]+/slurm\.conf)\0", data):
             path = found.group(1).decode()
@@ -587,18 +630,21 @@ def _slurmds_confs(settings=None):
         except OSError as exc:
             entry["how"] = f"its command line and environment cannot be read ({exc.strerror})"
             continue
-        options = _slurmd_options(pid)
-        entry["node"] = options[1] if options else None
+        entry["node"] = slurmd_argv(argv)[0].get("N") or None
         conf, how = slurmd_resolves(argv, env, _build_default_conf(pid), os.path.exists)
+        if how == "unknown":
+            entry["how"] = ("it was started with neither -f nor SLURM_CONF, and its build's default slurm.conf "
+                            "cannot be read from the libslurm it runs")
+            continue
         if conf and not os.path.isabs(conf):
-            conf = os.path.join(f"/proc/{pid}/cwd", conf)
+            # read before slurmd changed its directory: where, nobody can tell now
+            entry["how"] = f"it was started with the relative path {_plain_text(conf)} ({how})"
+            continue
         if how == "configless":
             link = "/run/slurm/conf"
             cache = None
             if os.path.islink(link) and _root_only("/run/slurm"):
-                target = os.path.join("/run/slurm", os.readlink(link))
-                if _root_only(target):
-                    cache = os.path.join(target, "slurm.conf")
+                cache = os.path.join("/run/slurm", os.readlink(link), "slurm.conf")
             if cache is None and settings is not None:
                 cache = os.path.join(settings["slurmd_spool_dir"], "conf-cache", "slurm.conf")
             conf = cache if cache and os.path.exists(cache) else None
@@ -823,8 +869,12 @@ def _judged_confs(settings):
     out = []
     wiring = set()
     for conf, how, pid in judged:
-        values, _, conf_problems = parse_slurm_conf(conf)
+        values, files, conf_problems = parse_slurm_conf(conf)
         problems.extend(conf_problems)
+        for name in files:
+            if not _root_file(name):
+                problems.append(f"{name}, which slurmd reads, is not a file only root can write: another account "
+                                "could have it name any Epilog=, and what verify reads proves nothing")
         found = {key: items[-1] for key, items in values.items() if key in CONF_KEYS and items}
         found["_epilogs"] = values.get("epilog", [])
         wiring.add((found.get("epilog"), found.get("prolog")))
@@ -1044,6 +1094,7 @@ def verify(expect=None):
     notes.extend(notes_pam)
     schedule, schedule_notes = _schedule_report(settings)
     notes.extend(schedule_notes)
+    notes.append(_ipc_note(settings))
 
     return {"result": not problems, "problems": problems, "notes": notes,
             "checked": sorted([item["path"] for item in files] + dirs), "release": release, "manifest": manifest,
@@ -1603,6 +1654,20 @@ def explain(user, job=None):
         "slurm_conf": {"file": view.get("SLURM_CONF"), "slurmd": slurmd_pid or None},
     }
     report["ssh_sessions"] = _ssh_sessions(settings, user, verdict)
+    if uid is not None and settings.get("ipc_cleanup", True):
+        # what part 42 would do with their System V IPC objects, if it acts
+        objects = {"remove": {}, "bytes": 0, "keep": {}}
+        localusers = os.path.join(release_dir, chain.localusers)
+        own = getattr(program, "ipc", None)
+        judged = own.judge_all(uid, program.parts.spared_uids(localusers), deadline=time.monotonic() + 10)[0] \
+            if own else ()
+        for item in judged:
+            if item.action == "remove":
+                objects["remove"][item.kind] = objects["remove"].get(item.kind, 0) + 1
+                objects["bytes"] += item.bytes
+            else:
+                objects["keep"][item.reason] = objects["keep"].get(item.reason, 0) + 1
+        report["ipc"] = objects if own else f"release {current} removes no System V IPC objects"
     if uid is None:
         report["account"] = f"no account {user!r} on this node: explained as a job end whose user does not resolve"
     records, _ = _node.record.read(settings["record_file"])

@@ -28,7 +28,7 @@ SLURMS = {
 # The tests of what happens at a real job end run on each release; the
 # others (a master serving salt/, a release switched under fire) on 22.05.
 ON_EVERY_SLURM = ("test_slurm_job_end.py", "test_sweep_job_end.py", "test_hostile_job_end.py",
-                  "test_cgroup_job_end.py", "test_su_job_end.py")
+                  "test_cgroup_job_end.py", "test_su_job_end.py", "test_ipc_job_end.py")
 SSHD_PORT = 2222
 LISTFILE_SSHD_PORT = 2223
 OPERATOR = "opal"

@@ -32,5 +32,21 @@ def test_slurmd_resolves_its_slurm_conf_as_slurmd_does(argv, env, exists, expect
     assert epilog.slurmd_resolves(argv, env, DEFAULT, exists.__contains__) == expect
 
 
-def test_an_unknown_build_default_is_configless_without_a_file():
-    assert epilog.slurmd_resolves(["slurmd"], {}, None, lambda path: True) == (None, "configless")
+def test_a_build_default_that_cannot_be_read_is_unknown_not_configless():
+    assert epilog.slurmd_resolves(["slurmd"], {}, None, lambda path: True) == (None, "unknown")
+    assert epilog.slurmd_resolves(["slurmd", "-f", "/x"], {}, None, lambda path: True) == ("/x", "-f")
+
+
+@pytest.mark.parametrize("argv, short, long_", [
+    (["slurmd", "-Df", "/x"], {"D": "", "f": "/x"}, {}),
+    (["slurmd", "-sDf/x", "-N", "n1"], {"s": "", "D": "", "f": "/x", "N": "n1"}, {}),
+    (["slurmd", "--conf-s=ctl:6817"], {}, {"conf-server": "ctl:6817"}),
+    (["slurmd", "--conf-server", "ctl"], {}, {"conf-server": "ctl"}),
+    (["slurmd", "--conf", "Feature=x", "-f", "/y"], {"f": "/y"}, {"conf": "Feature=x"}),
+    (["slurmd", "--co=x"], {}, {}),  # ambiguous: conf or conf-server, as getopt_long refuses it
+    (["slurmd", "--", "-f", "/x"], {}, {}),
+    (["slurmd", "-L", "-f", "-N"], {"L": "-f"}, {}),
+], ids=["clustered", "clustered-joined", "long-prefix", "long-separate", "conf-is-not-conf-server", "ambiguous",
+        "end-of-options", "option-arguments-taken"])
+def test_slurmds_command_line_is_read_as_its_getopt_reads_it(argv, short, long_):
+    assert epilog.slurmd_argv(argv) == (short, long_)

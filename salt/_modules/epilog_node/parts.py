@@ -638,6 +638,46 @@ def cleanup(ctx):
                 "looked at" % (removed, uid, errors))
     else:
         ctx.log("info", "removed %d entries of uid %d under /tmp and /dev/shm" % (removed, uid))
+    if ctx.settings.get("ipc_cleanup", True):
+        clean_ipc(ctx, uid)
+
+
+def spared_uids(localusers):
+    """owner -> whether the chain never acts for that uid: root, a system
+    account (login.defs, as the guard reads it), a listed operator's; any
+    owner, when the list cannot be read whole or a name on it does not
+    resolve."""
+    from . import guard  # pylint: disable=import-outside-toplevel
+
+    uid_min, uid_max = system.login_defs()
+    operators = set()
+    listing = guard.read_list(localusers)
+    if isinstance(listing, Exception):
+        return lambda owner: True  # the list cannot be read: any owner may be an operator's
+    for raw in guard.listed_names(listing):
+        found = guard.resolve(os.fsdecode(raw))
+        if found is None:
+            return lambda owner: True  # a listed name that does not resolve may be at any uid
+        operators.add(found)
+    return lambda owner: owner < uid_min or uid_max < owner <= 65535 or owner in operators
+
+
+def clean_ipc(ctx, uid):
+    """42, System V IPC: the user's shared memory segments, semaphore sets
+    and message queues that ipc.decide() lets go (epilog:ipc_cleanup), one
+    line per job end, whatever their number."""
+    from . import ipc  # pylint: disable=import-outside-toplevel
+
+    fact = ipc.clean(uid, spared_uids(ctx.names["localusers"]), ctx.deadline - 0.5)
+    ctx.fact("ipc", fact)
+    removed = fact["removed"]
+    kept = sum(fact["kept"].values())
+    if sum(removed.values()) or kept or fact["left"]:
+        ctx.log("warning" if fact["left"] else "info",
+                "System V IPC of uid %d: removed %d segment(s) (%d bytes), %d semaphore set(s), %d queue(s); kept "
+                "%d%s%s" % (uid, removed["shm"], fact["bytes"], removed["sem"], removed["msg"], kept,
+                            " (%s)" % "; ".join("%s: %d" % item for item in sorted(fact["kept"].items())) if kept
+                            else "", "; %d left for want of time" % fact["left"] if fact["left"] else ""))
 
 
 # -- 45: the residue sweep --------------------------------------------------------

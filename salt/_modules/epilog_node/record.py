@@ -122,6 +122,40 @@ RESIDUE_METRIC = 'epilog_residue_removed_total{kind="%s"}'
 KILLED_KINDS = (("strays", "stray"), ("in_job_cgroup", "job_cgroup"), ("in_other_job_cgroup", "other_job_cgroup"),
                 ("unclassified", "unclassified"))
 KILLED_METRIC = 'epilog_processes_signalled_total{where="%s"}'
+# Part 42's System V IPC objects: removed by kind, their bytes, and kept by
+# why (attached, in_use: a live process of another uid used it last,
+# other_owner: an operator or a system account owns it, other).
+IPC_KINDS = ("shm", "sem", "msg")
+IPC_METRIC = 'epilog_ipc_removed_total{kind="%s"}'
+IPC_BYTES_METRIC = "epilog_ipc_bytes_removed_total"
+IPC_KEPT = ("attached", "in_use", "other_owner", "other")
+IPC_KEPT_METRIC = 'epilog_ipc_kept_total{reason="%s"}'
+
+
+def ipc_kept_reason(reason):
+    text = str(reason)
+    return ("attached" if text.startswith("attached") else "in_use" if text.startswith("last used")
+            else "other_owner" if text.startswith("owned by") else "other")
+
+
+def ipc(record):
+    """{removed: {kind: n}, bytes, kept: {why: n}} of a record's part 42."""
+    out = {"removed": dict.fromkeys(IPC_KINDS, 0), "bytes": 0, "kept": dict.fromkeys(IPC_KEPT, 0)}
+    for part in record["parts"]:
+        fact = (part.get("facts") or {}).get("ipc") if isinstance(part.get("facts"), dict) else None
+        if not isinstance(fact, dict):
+            continue
+        for kind, n in (fact.get("removed") or {}).items():
+            if kind in out["removed"] and isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 31:
+                out["removed"][kind] += n
+        if isinstance(fact.get("bytes"), int) and not isinstance(fact["bytes"], bool) and 0 <= fact["bytes"] < 1 << 62:
+            out["bytes"] += fact["bytes"]
+        for reason, n in (fact.get("kept") or {}).items() if isinstance(fact.get("kept"), dict) else ():
+            if isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 31:
+                out["kept"][ipc_kept_reason(reason)] += n
+    return out
+
+
 # Looks between jobs (epilog.sweep, epilog.strays, by hand or scheduled):
 # records of their own stage, with a source.
 BETWEEN_JOBS = ("sweep", "strays")
@@ -220,6 +254,14 @@ def render_metrics(metric):
             "# TYPE epilog_processes_signalled_total counter"]
     for _, where in KILLED_KINDS:
         out.append("%s %d" % (KILLED_METRIC % where, metric.get(KILLED_METRIC % where, 0)))
+    out += ["# HELP epilog_ipc_removed_total System V IPC objects of users part 42 removed at their last job "
+            "end, by kind.", "# TYPE epilog_ipc_removed_total counter"]
+    out += ["%s %d" % (IPC_METRIC % kind, metric.get(IPC_METRIC % kind, 0)) for kind in IPC_KINDS]
+    out += ["# HELP %s Bytes of the shared memory segments and queues part 42 removed." % IPC_BYTES_METRIC,
+            "# TYPE %s counter" % IPC_BYTES_METRIC, "%s %d" % (IPC_BYTES_METRIC, metric.get(IPC_BYTES_METRIC, 0))]
+    out += ["# HELP epilog_ipc_kept_total System V IPC objects of users part 42 kept, by why.",
+            "# TYPE epilog_ipc_kept_total counter"]
+    out += ["%s %d" % (IPC_KEPT_METRIC % reason, metric.get(IPC_KEPT_METRIC % reason, 0)) for reason in IPC_KEPT]
     out += ["# HELP epilog_between_jobs_runs_total Looks between jobs (epilog.sweep, epilog.strays), by what "
             "and who ran them (call: by hand; schedule: the minion's scheduler).",
             "# TYPE epilog_between_jobs_runs_total counter"]
@@ -296,6 +338,12 @@ def update_metrics(trust, path, record):
                 add(RESIDUE_METRIC % kind, n)
         for where, n in signalled(record).items():
             add(KILLED_METRIC % where, n)
+        objects = ipc(record)
+        for kind, n in objects["removed"].items():
+            add(IPC_METRIC % kind, n)
+        add(IPC_BYTES_METRIC, objects["bytes"])
+        for reason, n in objects["kept"].items():
+            add(IPC_KEPT_METRIC % reason, n)
         add("epilog_warnings_total", record["warnings"])
         metric['epilog_last_chain_seconds{stage="%s"}' % record["stage"]] = "%d.%03d" % divmod(record["ms"], 1000)
         system.replace_file(path, render_metrics(metric).encode("ascii"))
@@ -552,6 +600,7 @@ def summary(chosen, start=None):
         "other_job_cgroup_processes_signalled": 0, "sweeps": 0,
         "residue": {"removed": dict.fromkeys(RESIDUE_KINDS, 0), "kept": dict.fromkeys(RESIDUE_KINDS, 0)},
         "warnings": 0, "slowest": None,
+        "ipc": {"removed": dict.fromkeys(IPC_KINDS, 0), "bytes": 0, "kept": dict.fromkeys(IPC_KEPT, 0)},
         "between_jobs": {"sweeps": {source: 0 for source in SOURCES}, "strays_looks": {source: 0 for source in SOURCES},
                          "stray_users_found": 0, "stray_processes_found": 0, "stray_processes_killed": 0,
                          "removed": dict.fromkeys(RESIDUE_KINDS[:-1], 0)},
@@ -581,6 +630,11 @@ def summary(chosen, start=None):
             acted_on.add(str(rec.get("user")))
         elif decided:
             out[decided][reason] = out[decided].get(reason, 0) + 1
+        objects = ipc(rec)
+        for key in ("removed", "kept"):
+            for what, n in objects[key].items():
+                out["ipc"][key][what] += n
+        out["ipc"]["bytes"] += objects["bytes"]
         if isinstance(rec.get("ms"), int) and (out["slowest"] is None or rec["ms"] > out["slowest"]["ms"]):
             out["slowest"] = {"job": rec.get("job"), "user": rec.get("user"), "ms": rec["ms"],
                               "at": when(rec.get("start"))}

@@ -22,7 +22,10 @@ rules and nothing else:
   is a stray;
 * the kill: part 39 (the ssh line, unless epilog:ssh_access leaves it out)
   and part 40 themselves, each in a worker of the runner's, under the
-  user's lock and never past the prolog's wait for it, as at a job end.
+  user's lock and never past the prolog's wait for it, as at a job end;
+  then, still under the lock, the user's System V IPC objects part 42
+  would remove (epilog:ipc_cleanup). A stray's listing says what those
+  would be.
 
 judge() is the decision, a function of its facts; run() gathers them. Only
 "stray" is ever killed; "unknown" never is.
@@ -185,6 +188,8 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0):
             if answer == "stray":
                 entry["strays"] = [{"pid": p.pid, "command": p.command, "age": p.age} for p in procs[:LIST_MAX]]
                 entry["more"] = max(0, len(procs) - LIST_MAX)
+                if settings.get("ipc_cleanup", True):
+                    entry["ipc"] = ipc_objects(uid, run_.names["localusers"], min(deadline, time.monotonic() + 5))
                 if kill:
                     entry["kill"] = "would kill" if test else _kill(run_, uid, name, held, deadline)
                     held = None
@@ -221,6 +226,22 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0):
     run_.reap_workers()
     run_.log.close()
     return report
+
+
+def ipc_objects(uid, localusers, deadline):
+    """What part 42 would do with UID's System V IPC objects now: {remove:
+    {kind: n}, bytes, keep: n}."""
+    from . import ipc  # pylint: disable=import-outside-toplevel
+
+    out = {"remove": dict.fromkeys(ipc.KINDS, 0), "bytes": 0, "keep": 0}
+    verdicts, out["unjudged"] = ipc.judge_all(uid, parts.spared_uids(localusers), deadline=deadline)
+    for verdict in verdicts:
+        if verdict.action == "remove":
+            out["remove"][verdict.kind] += 1
+            out["bytes"] += verdict.bytes
+        else:
+            out["keep"] += 1
+    return out
 
 
 def _decide(run_, facts, uid, name, procs, test):
@@ -278,6 +299,16 @@ def _kill(run_, uid, name, held, deadline):
             rc, facts[part] = run_.run_own(part, seconds, uid, [lock] if lock is not None else [])
             done[part] = rc
         run_.stop_worker()
+        # the System V IPC objects part 42 would remove at their last job end
+        if run_.settings.get("ipc_cleanup", True) and time.monotonic() < until:
+            from . import ipc  # pylint: disable=import-outside-toplevel
+
+            facts["ipc"] = ipc.clean(uid, parts.spared_uids(run_.names["localusers"]), until)
+            removed = facts["ipc"]["removed"]
+            if sum(removed.values()):
+                run_.log.info("strays: removed the System V IPC objects of uid %d: %d segment(s) (%d bytes), %d "
+                              "semaphore set(s), %d queue(s)" % (uid, removed["shm"], facts["ipc"]["bytes"],
+                                                                 removed["sem"], removed["msg"]))
     finally:
         if lock is not None:
             os.close(lock)
@@ -285,7 +316,8 @@ def _kill(run_, uid, name, held, deadline):
     kill = kill if isinstance(kill, dict) else {}
     signalled = kill.get("signalled")
     return {"parts": done, "outcome": kill.get("outcome", "not run"),
-            "signalled": signalled if isinstance(signalled, int) and not isinstance(signalled, bool) else 0}
+            "signalled": signalled if isinstance(signalled, int) and not isinstance(signalled, bool) else 0,
+            "ipc": facts.get("ipc")}
 
 
 def _record(run_, report):

@@ -1,0 +1,274 @@
+"""System V IPC residue: shared memory segments, semaphore sets and message
+queues a user's jobs leave in the node's IPC namespace, removed at the
+user's last job end (part 42, under the same guard and last-job evidence as
+parts 40 and 42's files).
+
+decide() is the decision, a function of its facts: a row of
+/proc/sysvipc/{shm,sem,msg} (readable by everyone, written by the kernel),
+the job's uid, which processes live as which uid, and the uids that are
+never acted for (root, system accounts, the listed operators). An object is
+the user's when its owner or its creator is the job's uid; of those:
+
+* one another account owns (an operator, a system account, root: its owner
+  may be set by whoever created it, with IPC_SET) is never removed;
+* a segment stays while any process is attached to it (nattch > 0);
+* a semaphore set or a queue stays while the last process that operated on
+  it (each semaphore's sempid; a queue's lspid, lrpid) is a live process of
+  another uid: someone else still uses it;
+* everything else of the user's goes.
+
+remove() acts on one verdict: IPC_STAT right before IPC_RMID, and the
+object goes only while its key, owner, creator and change time are still
+the ones judged (and a segment's attach count still 0): an id that now
+names something else, or an object changed since, is left alone. The
+offsets are those of x86_64 glibc's structures; on another machine nothing
+is removed (each object is kept, and says so).
+"""
+import os
+import time
+
+from . import system
+
+KINDS = ("shm", "sem", "msg")
+PROC = "/proc/sysvipc/"
+# IPC_RMID, IPC_STAT, GETPID
+IPC_RMID, IPC_STAT, GETPID = 0, 2, 11
+# semaphores looked at per set for their last pid (a set of more is judged
+# by the first ones)
+SEMS_MAX = 64
+# where the x86_64 glibc structures keep the fields IPC_STAT is checked by
+_KEY, _UID, _CUID = 0, 4, 12
+_CTIME = {"shm": 72, "sem": 64, "msg": 64}
+_NATTCH = 88
+_STAT_BYTES = 256
+
+Verdict = system.fields("Verdict", "kind id key uid cuid ctime bytes action reason job_uid nsems")
+
+
+def rows(text):
+    """The rows of a /proc/sysvipc file's TEXT as {column: value}, by its
+    header's names (whole numbers; a row that is not one is skipped)."""
+    lines = text.split("\n")
+    if not lines:
+        return []
+    names = lines[0].split()
+    out = []
+    for line in lines[1:]:
+        fields = line.split()
+        if len(fields) != len(names):
+            continue
+        try:
+            out.append({name: int(value) for name, value in zip(names, fields)})
+        except ValueError:
+            continue
+    return out
+
+
+def decide(kind, row, uid, live, spared, last_pids=()):
+    """A Verdict for one object of KIND (shm, sem, msg) whose /proc row is
+    ROW, at the end of UID's last job, or None when it is not the user's.
+    LIVE(pid) -> the real uid of a live process, or None; SPARED(uid): the
+    uid is never acted for; LAST_PIDS: a semaphore set's sempids (None:
+    they cannot be told, and the set is kept)."""
+    ident = row.get("shmid" if kind == "shm" else "semid" if kind == "sem" else "msqid")
+    owner, creator = row.get("uid"), row.get("cuid")
+    if ident is None or owner is None or creator is None or uid not in (owner, creator):
+        return None
+    size = row.get("size", 0) if kind == "shm" else row.get("cbytes", 0) if kind == "msg" else 0
+
+    def verdict(action, reason):
+        return Verdict(kind, ident, row.get("key", 0), owner, creator, row.get("ctime", 0), max(size, 0), action,
+                       reason, uid, row.get("nsems", 0))
+
+    if owner != uid and spared(owner):
+        return verdict("keep", "owned by another account (uid %d) that is never acted for" % owner)
+    if kind == "shm":
+        if row.get("nattch", 1) != 0:
+            return verdict("keep", "attached")
+        return verdict("remove", "unattached")
+    if kind == "sem" and last_pids is None:
+        return verdict("keep", "its semaphores' last users cannot be told")
+    pids = list(last_pids) if kind == "sem" else [row.get("lspid", 0), row.get("lrpid", 0)]
+    for pid in pids:
+        if pid and pid > 0:
+            holder = live(pid)
+            if holder is not None and holder != uid:
+                return verdict("keep", "last used by a live process of another uid")
+    return verdict("remove", "no live process of another uid uses it")
+
+
+def read_rows(kind):
+    try:
+        return rows(system.read_file(PROC + kind, 64 << 20).decode("ascii", "replace"))
+    except OSError:
+        return []
+
+
+def live_uid(pid):
+    """The real uid of the live process PID, or None."""
+    fields = system.status(pid)
+    if not system.alive(fields):
+        return None
+    uids = system.uids_of(fields)
+    return uids[0] if uids else None
+
+
+_LIBC = []
+
+
+def _libc():
+    """(ctypes, libc), loaded once per process (only when an object of the
+    user's is there to look at)."""
+    if not _LIBC:
+        import ctypes  # pylint: disable=import-outside-toplevel
+
+        _LIBC.append((ctypes, ctypes.CDLL(None, use_errno=True)))
+    return _LIBC[0]
+
+
+def sem_pids(ident, nsems):
+    """The last pid of each semaphore of set IDENT (0: none yet), or None
+    when they cannot all be told: a set of more than SEMS_MAX, or a GETPID
+    that fails."""
+    if not 0 <= nsems <= SEMS_MAX:
+        return None
+    try:
+        ctypes, libc = _libc()
+    except (ImportError, OSError):
+        return None
+    out = []
+    for n in range(nsems):
+        pid = libc.semctl(ctypes.c_int(ident), ctypes.c_int(n), ctypes.c_int(GETPID))
+        if pid < 0:
+            return None
+        out.append(pid)
+    return out
+
+
+def _stat(ctypes, libc, kind, ident):
+    buf = ctypes.create_string_buffer(_STAT_BYTES)
+    if kind == "shm":
+        rc = libc.shmctl(ctypes.c_int(ident), ctypes.c_int(IPC_STAT), buf)
+    elif kind == "sem":
+        rc = libc.semctl(ctypes.c_int(ident), ctypes.c_int(0), ctypes.c_int(IPC_STAT), buf)
+    else:
+        rc = libc.msgctl(ctypes.c_int(ident), ctypes.c_int(IPC_STAT), buf)
+    if rc != 0:
+        return None
+    raw = buf.raw
+
+    def num(offset, size, signed=False):
+        return int.from_bytes(raw[offset:offset + size], "little", signed=signed)
+
+    return {"key": num(_KEY, 4, True), "uid": num(_UID, 4), "cuid": num(_CUID, 4),
+            "ctime": num(_CTIME[kind], 8, True), "nattch": num(_NATTCH, 8) if kind == "shm" else 0,
+            "pids": (num(_LSPID, 4, True), num(_LSPID + 4, 4, True)) if kind == "msg" else ()}
+
+
+# a queue's lspid and lrpid in x86_64 glibc's msqid_ds
+_LSPID = 96
+
+
+def remove(verdict, live=None, nsems=0):
+    """IPC_RMID of a "remove" VERDICT, only while IPC_STAT still finds the
+    object judged, and (LIVE: pid -> real uid of a live process, or None)
+    no live process of another uid has used a set or queue since (NSEMS: a
+    set's semaphores): (removed, why not)."""
+    machine = os.uname().machine
+    if machine != "x86_64":
+        return False, "not checked on %s" % machine
+    try:
+        ctypes, libc = _libc()
+    except (ImportError, OSError) as exc:
+        return False, "no libc: %s" % exc
+    now = _stat(ctypes, libc, verdict.kind, verdict.id)
+    if now is None:
+        return False, "gone"
+    # the key as /proc prints it (a signed int) and IPC_STAT's
+    if (now["key"], now["uid"], now["cuid"], now["ctime"]) != (_signed(verdict.key), verdict.uid, verdict.cuid,
+                                                               verdict.ctime):
+        return False, "changed since it was judged"
+    if verdict.kind == "shm" and now["nattch"] != 0:
+        return False, "attached since it was judged"
+    if live is not None and verdict.kind != "shm":
+        pids = now["pids"] if verdict.kind == "msg" else sem_pids(verdict.id, nsems)
+        if pids is None:
+            return False, "its semaphores' last users cannot be told"
+        if any(pid > 0 and live(pid) not in (None, verdict_uid(verdict)) for pid in pids):
+            return False, "used by a live process of another uid since it was judged"
+    if verdict.kind == "shm":
+        rc = libc.shmctl(ctypes.c_int(verdict.id), ctypes.c_int(IPC_RMID), None)
+    elif verdict.kind == "sem":
+        rc = libc.semctl(ctypes.c_int(verdict.id), ctypes.c_int(0), ctypes.c_int(IPC_RMID))
+    else:
+        rc = libc.msgctl(ctypes.c_int(verdict.id), ctypes.c_int(IPC_RMID), None)
+    if rc != 0:
+        return False, os.strerror(ctypes.get_errno())
+    return True, ""
+
+
+def verdict_uid(verdict):
+    """The job's uid a verdict was made for: its owner or its creator."""
+    return verdict.job_uid
+
+
+def _signed(key):
+    key &= 0xFFFFFFFF
+    return key - (1 << 32) if key >= 1 << 31 else key
+
+
+def cached(live):
+    """LIVE, asked once per pid."""
+    seen = {}
+
+    def ask(pid):
+        if pid not in seen:
+            seen[pid] = live(pid)
+        return seen[pid]
+    return ask
+
+
+def judge_all(uid, spared, read=read_rows, live=live_uid, pids=sem_pids, deadline=None):
+    """(the verdicts on UID's objects in the node's IPC namespace, how
+    many of UID's were left unjudged at DEADLINE, a time.monotonic())."""
+    out, left = [], 0
+    for kind in KINDS:
+        for row in read(kind):
+            if uid not in (row.get("uid"), row.get("cuid")):
+                continue
+            if deadline is not None and time.monotonic() > deadline:
+                left += 1
+                continue
+            last = ()
+            if kind == "sem":
+                last = pids(row.get("semid", -1), row.get("nsems", 0))
+            verdict = decide(kind, row, uid, live, spared, last)
+            if verdict is not None:
+                out.append(verdict)
+    return out, left
+
+
+def clean(uid, spared, deadline, test=False):
+    """Remove UID's objects that decide() lets go, until DEADLINE (a
+    time.monotonic()). The fact for the record: {removed: {kind: n},
+    bytes, kept: {reason: n}, left}."""
+    fact = {"removed": dict.fromkeys(KINDS, 0), "bytes": 0, "kept": {}, "left": 0}
+    live = cached(live_uid)
+    verdicts, fact["left"] = judge_all(uid, spared, live=live, deadline=deadline)
+    for verdict in verdicts:
+        if time.monotonic() > deadline:
+            fact["left"] += 1
+            continue
+        if verdict.action == "keep":
+            fact["kept"][verdict.reason] = fact["kept"].get(verdict.reason, 0) + 1
+            continue
+        if test:
+            done, why = True, ""
+        else:
+            done, why = remove(verdict, live_uid, verdict.nsems)
+        if done:
+            fact["removed"][verdict.kind] += 1
+            fact["bytes"] += verdict.bytes
+        elif why != "gone":
+            fact["kept"][why] = fact["kept"].get(why, 0) + 1
+    return fact

@@ -1,0 +1,110 @@
+"""System V IPC at a user's last job end, on real objects: real accounts
+make real segments, semaphore sets and queues (ipcmk, and shmat and msgsnd
+through ctypes) in an IPC namespace of the test's own (with a /tmp and
+/dev/shm of its own: nothing of the machine's is touched), and part 42, as
+the chain laid it down, removes alice's that nobody else uses; what another
+user's live process holds, and what is not hers, stays."""
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import Chain, as_user, kill_all_of, live_spool, mount_namespace, slurmd_env, uid_of
+
+ALICE, OTHER, OPERATOR = "alice", "alicex", "je.kim"
+HOLD = """
+import ctypes, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+kind, ident = sys.argv[1], int(sys.argv[2])
+if kind == "shm":
+    libc.shmat.restype = ctypes.c_void_p
+    ok = libc.shmat(ident, None, 0o10000) not in (None, ctypes.c_void_p(-1).value)
+else:
+    buf = ctypes.create_string_buffer(b"\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00x", 9)
+    ok = libc.msgsnd(ident, buf, 1, 0o4000) == 0
+print("ready" if ok else "failed %d" % ctypes.get_errno(), flush=True)
+time.sleep(600)
+"""
+
+
+def make(ns, user, *args):
+    """ipcmk ARGS as USER in the namespace: the new object's id."""
+    out = subprocess.run([*ns, *as_user(user), "ipcmk", *args], capture_output=True, text=True, check=True).stdout
+    return int(out.split()[-1])
+
+
+def objects(ns):
+    """{(kind, id): owner uid} of every object in the namespace."""
+    out = {}
+    for kind in ("shm", "sem", "msg"):
+        text = subprocess.run([*ns, "cat", f"/proc/sysvipc/{kind}"], capture_output=True, text=True,
+                              check=True).stdout
+        names = text.split("\n")[0].split()
+        for line in text.split("\n")[1:]:
+            if line.split():
+                row = dict(zip(names, line.split()))
+                out[(kind, int(row[{"shm": "shmid", "sem": "semid", "msg": "msqid"}[kind]]))] = int(row["uid"])
+    return out
+
+
+def hold(ns, user, kind, ident):
+    proc = subprocess.Popen([*ns, *as_user(user), "/usr/bin/python3", "-c", HOLD, kind, str(ident)],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+@pytest.fixture
+def var_chain(accounts):
+    """own_chain's, under /var/tmp (the namespace's /tmp is a tmpfs of its own)."""
+    bases = []
+
+    def make(**settings):
+        base = Path(tempfile.mkdtemp(prefix="epilog-ipc-", dir="/var/tmp"))
+        bases.append(base)
+        live_spool(base / "spool")
+        return Chain(base / "slurm", base / "localusers", base / "epilog.log", base / "spool").lay_down(**settings)
+    yield make
+    for base in bases:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def ns(accounts):
+    with mount_namespace(fresh=("/tmp", "/dev/shm"), ipc=True) as prefix:
+        yield prefix
+    for user in (ALICE, OTHER, OPERATOR):
+        kill_all_of(user)
+
+
+def test_part_42_removes_alices_objects_that_nobody_else_uses(var_chain, ns):
+    chain = var_chain()
+    gone = [("shm", make(ns, ALICE, "-M", str(4 << 20))), ("sem", make(ns, ALICE, "-S", "2")),
+            ("msg", make(ns, ALICE, "-Q"))]
+    attached = ("shm", make(ns, ALICE, "-M", "4096", "-p", "0644"))
+    queue = ("msg", make(ns, ALICE, "-Q", "-p", "0666"))
+    operators = ("shm", make(ns, OPERATOR, "-M", "4096"))
+    holders = [hold(ns, OTHER, *attached), hold(ns, OTHER, *queue)]
+    try:
+        ret = chain.run_part("42-lastuserjob-cleanup", slurmd_env(ALICE), prefix=ns)
+        assert ret.returncode == 0, ret
+        left = objects(ns)
+        assert not any(key in left for key in gone), left
+        assert {attached, queue, operators} <= set(left), left
+        log = chain.log_text()
+        assert (f"System V IPC of uid {uid_of(ALICE)}: removed 1 segment(s) ({4 << 20} bytes), 1 semaphore set(s), "
+                f"1 queue(s); kept 2 (attached: 1; last used by a live process of another uid: 1)") in log, log
+    finally:
+        for proc in holders:
+            proc.kill()
+            proc.wait()
+
+
+def test_ipc_cleanup_off_leaves_them_all(var_chain, ns):
+    chain = var_chain(ipc_cleanup=False)
+    mine = ("shm", make(ns, ALICE, "-M", "4096"))
+    ret = chain.run_part("42-lastuserjob-cleanup", slurmd_env(ALICE), prefix=ns)
+    assert ret.returncode == 0, ret
+    assert mine in objects(ns)

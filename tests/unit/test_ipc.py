@@ -1,0 +1,132 @@
+"""System V IPC at a user's last job end, as decisions: ipc.decide() over
+every kind of row /proc/sysvipc gives (hostile ones included: an object
+given away with IPC_SET, a row that is not numbers, thousands of objects),
+and the record's and metrics' counts. Pure: rows as text, processes as a
+table. The real objects and job ends are tests/node/test_ipc.py's and the
+slurm tier's."""
+import json
+
+import pytest
+
+from tests.unit.conftest import node
+
+ipc = node("ipc")
+record = node("record")
+
+ALICE, BOB, OPERATOR = 50101, 50109, 50105
+SHM = ("       key      shmid perms                  size  cpid  lpid nattch   uid   gid  cuid  cgid      atime      "
+       "dtime      ctime                   rss                  swap\n")
+SEM = "       key      semid perms      nsems   uid   gid  cuid  cgid      otime      ctime\n"
+MSG = ("       key      msqid perms      cbytes       qnum lspid lrpid   uid   gid  cuid  cgid      stime      rtime      "
+       "ctime\n")
+LIVE = {100: ALICE, 200: BOB, 300: OPERATOR}
+
+
+def spared(uid):
+    return uid < 1000 or uid == OPERATOR
+
+
+def shm(ident, uid, cuid, nattch, size=4 << 20):
+    return f"0 {ident} 600 {size} 100 100 {nattch} {uid} {uid} {cuid} {cuid} 0 0 1700000000 0 0\n"
+
+
+def sem(ident, uid, cuid):
+    return f"0 {ident} 600 2 {uid} {uid} {cuid} {cuid} 0 1700000000\n"
+
+
+def msg(ident, uid, cuid, lspid=0, lrpid=0):
+    return f"0 {ident} 600 10 1 {lspid} {lrpid} {uid} {uid} {cuid} {cuid} 0 0 1700000000\n"
+
+
+def one(kind, text, pids=()):
+    rows = ipc.rows(text)
+    assert len(rows) == 1
+    return ipc.decide(kind, rows[0], ALICE, LIVE.get, spared, pids)
+
+
+@pytest.mark.parametrize("kind, text, pids, action", [
+    ("shm", SHM + shm(1, ALICE, ALICE, 0), (), "remove"),
+    ("shm", SHM + shm(1, ALICE, ALICE, 2), (), "keep"),
+    # created by alice, given to bob (IPC_SET): hers, and bob is an ordinary account
+    ("shm", SHM + shm(1, BOB, ALICE, 0), (), "remove"),
+    # given to root or an operator: never removed, whoever created it
+    ("shm", SHM + shm(1, 0, ALICE, 0), (), "keep"),
+    ("shm", SHM + shm(1, OPERATOR, ALICE, 0), (), "keep"),
+    # owned by alice, created by an operator: hers
+    ("shm", SHM + shm(1, ALICE, OPERATOR, 0), (), "remove"),
+    ("shm", SHM + shm(1, BOB, BOB, 0), (), None),
+    ("sem", SEM + sem(2, ALICE, ALICE), (), "remove"),
+    ("sem", SEM + sem(2, ALICE, ALICE), (100, 4242), "remove"),  # her own, and a pid that is gone
+    ("sem", SEM + sem(2, ALICE, ALICE), (100, 200), "keep"),  # bob used it last, and lives
+    ("msg", MSG + msg(3, ALICE, ALICE), (), "remove"),
+    ("msg", MSG + msg(3, ALICE, ALICE, lspid=100, lrpid=300), (), "keep"),
+    ("msg", MSG + msg(3, ALICE, ALICE, lspid=4242, lrpid=-1), (), "remove"),
+], ids=["unattached", "attached", "given-to-an-ordinary-account", "given-to-root", "given-to-an-operator",
+        "created-by-an-operator", "not-hers", "sem", "sem-own-and-dead-pids", "sem-used-by-another", "msg",
+        "msg-read-by-an-operator", "msg-dead-pids"])
+def test_each_object_is_judged_by_its_row(kind, text, pids, action):
+    verdict = one(kind, text, pids)
+    assert (verdict.action if verdict else None) == action, verdict
+    if verdict:
+        assert verdict.reason
+
+
+@pytest.mark.parametrize("text", [
+    SHM + "0 1 600 x 1 1 0 50101 1 50101 1 0 0 0 0 0\n",  # a field that is not a number
+    SHM + "0 1 600\n",  # too few
+    SHM + shm(1, ALICE, ALICE, 0).strip() + " 7\n",  # too many
+    "",
+    "garbage\n\n\n",
+])
+def test_a_row_that_is_not_the_kernels_is_no_object(text):
+    assert ipc.rows(text) == []
+
+
+def test_thousands_of_objects_are_judged_each_once():
+    text = SHM + "".join(shm(i, ALICE, ALICE, i % 2) for i in range(4096))
+    verdicts, left = ipc.judge_all(ALICE, spared, read=lambda kind: ipc.rows(text) if kind == "shm" else [],
+                                   live=LIVE.get, pids=lambda ident, n: [])
+    assert left == 0
+    assert len(verdicts) == 4096 and sum(v.action == "remove" for v in verdicts) == 2048
+    assert all(v.bytes == 4 << 20 for v in verdicts)
+
+
+def test_the_record_and_the_metrics_count_removed_and_kept_by_why():
+    fact = {"removed": {"shm": 2, "sem": 1, "msg": 0}, "bytes": 8 << 20,
+            "kept": {"attached": 1, "last used by a live process of another uid": 2,
+                     "owned by another account (uid 0) that is never acted for": 1, "changed since it was judged": 1}}
+    rec = record.build("epilog", "n1", "7", "alice", "50101", "abc", 1.8e9, 10, None, None, 0,
+                       [record.part_ran("42-lastuserjob-cleanup", 0, 1, {"cleanup": {"removed": 0, "rc": 0},
+                                                                         "ipc": fact})])
+    rec = json.loads(record.line(rec))
+    assert record.ipc(rec) == {"removed": {"shm": 2, "sem": 1, "msg": 0}, "bytes": 8 << 20,
+                               "kept": {"attached": 1, "in_use": 2, "other_owner": 1, "other": 1}}
+    summary = record.summary([rec, rec])
+    assert summary["ipc"]["removed"]["shm"] == 4 and summary["ipc"]["bytes"] == 16 << 20
+    text = record.render_metrics({record.IPC_METRIC % "shm": 3, record.IPC_BYTES_METRIC: 12})
+    back = record.read_metrics(text.encode())
+    assert back['epilog_ipc_removed_total{kind="shm"}'] == 3 and back["epilog_ipc_bytes_removed_total"] == 12
+    assert back['epilog_ipc_kept_total{reason="in_use"}'] == 0
+
+
+def test_a_set_whose_last_users_cannot_be_told_is_kept():
+    row = ipc.rows(SEM + sem(2, ALICE, ALICE))[0]
+    assert ipc.decide("sem", row, ALICE, LIVE.get, spared, None).action == "keep"
+    assert ipc.sem_pids(2, ipc.SEMS_MAX + 1) is None
+
+
+def test_judging_stops_at_its_deadline_and_counts_what_it_left():
+    text = SHM + "".join(shm(i, ALICE, ALICE, 0) for i in range(100))
+    verdicts, left = ipc.judge_all(ALICE, spared, read=lambda kind: ipc.rows(text) if kind == "shm" else [],
+                                   live=LIVE.get, pids=lambda ident, n: [], deadline=0)
+    assert verdicts == [] and left == 100
+
+
+def test_a_list_that_cannot_be_read_spares_every_other_owner(tmp_path):
+    parts = node("parts")
+    assert parts.spared_uids(str(tmp_path / "missing"))(BOB) is True
+    listing = tmp_path / "localusers.backup"
+    listing.write_text("root\nnosuch-operator-xyz\n")
+    assert parts.spared_uids(str(listing))(BOB) is True
+    listing.write_text("root\n")
+    assert parts.spared_uids(str(listing))(BOB) is False and parts.spared_uids(str(listing))(0) is True
