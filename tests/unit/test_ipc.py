@@ -130,3 +130,9 @@ def test_a_list_that_cannot_be_read_spares_every_other_owner(tmp_path):
     assert parts.spared_uids(str(listing))(BOB) is True
     listing.write_text("root\n")
     assert parts.spared_uids(str(listing))(BOB) is False and parts.spared_uids(str(listing))(0) is True
+
+
+def test_rows_of_other_owners_cost_only_a_split():
+    text = SHM + shm(1, ALICE, ALICE, 0) + shm(2, BOB, BOB, 0) + shm(3, BOB, ALICE, 0) + shm(4, ALICE, 0, 0)
+    assert [row["shmid"] for row in ipc.rows(text, ALICE)] == [1, 3, 4]
+    assert len(ipc.rows(text)) == 4

@@ -45,17 +45,23 @@ _STAT_BYTES = 256
 Verdict = system.fields("Verdict", "kind id key uid cuid ctime bytes action reason job_uid nsems")
 
 
-def rows(text):
+def rows(text, uid=None):
     """The rows of a /proc/sysvipc file's TEXT as {column: value}, by its
-    header's names (whole numbers; a row that is not one is skipped)."""
+    header's names (whole numbers; a row that is not one is skipped); with
+    UID, only those whose owner or creator it is (the others cost a split)."""
     lines = text.split("\n")
     if not lines:
         return []
     names = lines[0].split()
+    owner = names.index("uid") if "uid" in names else -1
+    creator = names.index("cuid") if "cuid" in names else -1
+    want = None if uid is None else str(uid)
     out = []
     for line in lines[1:]:
         fields = line.split()
         if len(fields) != len(names):
+            continue
+        if want is not None and fields[owner] != want and fields[creator] != want:
             continue
         try:
             out.append({name: int(value) for name, value in zip(names, fields)})
@@ -97,9 +103,9 @@ def decide(kind, row, uid, live, spared, last_pids=()):
     return verdict("remove", "no live process of another uid uses it")
 
 
-def read_rows(kind):
+def read_rows(kind, uid=None):
     try:
-        return rows(system.read_file(PROC + kind, 64 << 20).decode("ascii", "replace"))
+        return rows(system.read_file(PROC + kind, 64 << 20).decode("ascii", "replace"), uid)
     except OSError:
         return []
 
@@ -233,7 +239,7 @@ def judge_all(uid, spared, read=read_rows, live=live_uid, pids=sem_pids, deadlin
     many of UID's were left unjudged at DEADLINE, a time.monotonic())."""
     out, left = [], 0
     for kind in KINDS:
-        for row in read(kind):
+        for row in (read(kind, uid) if read is read_rows else read(kind)):
             if uid not in (row.get("uid"), row.get("cuid")):
                 continue
             if deadline is not None and time.monotonic() > deadline:

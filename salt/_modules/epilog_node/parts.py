@@ -407,16 +407,16 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
             pass
 
 
-def resume_parents(uid):
+def resume_parents(uid, pids):
     """SIGCONT to each stopped process (state T, never a traced one) of
     another uid whose child is a zombie of UID: util-linux su and runuser,
     root's, stop themselves when their child stops (the user can stop their
     own process), and would keep their killed child unreaped and their PAM
     session open until somebody continued them; continued, they reap it and
-    exit. Only zombies of UID (their /proc entry UID's) cost a read. The
-    pids resumed."""
+    exit. Only PIDS (the processes the kill saw: a parent of another uid
+    is one's) are looked at, each a read or two. The pids resumed."""
     resumed = []
-    for pid in system.pids():
+    for pid in pids:
         try:
             if os.lstat("/proc/" + pid).st_uid != uid:
                 continue
@@ -504,7 +504,8 @@ def kill(ctx):
                 os.close(fd)
         if result.outcome != "refused":
             break
-    resumed = resume_parents(uid) if result.outcome in ("done", "bound") else []
+    resumed = resume_parents(uid, [entry.split("(", 1)[0] for entry in result.signalled]) \
+        if result.outcome in ("done", "bound") else []
     classified = min(len(result.signalled), CLASSIFY_MAX)
     own = [entry for entry, job in result.jobs.items() if job == ctx.job]
     other = sorted("%s job %s" % (entry, job) for entry, job in result.jobs.items() if job != ctx.job)
@@ -668,7 +669,15 @@ def clean_ipc(ctx, uid):
     line per job end, whatever their number."""
     from . import ipc  # pylint: disable=import-outside-toplevel
 
-    fact = ipc.clean(uid, spared_uids(ctx.names["localusers"]), ctx.deadline - 0.5)
+    built = []
+
+    def spared(owner):
+        # the list and the account database, read only when an object of
+        # the user's has another owner
+        if not built:
+            built.append(spared_uids(ctx.names["localusers"]))
+        return built[0](owner)
+    fact = ipc.clean(uid, spared, ctx.deadline - 0.5)
     ctx.fact("ipc", fact)
     removed = fact["removed"]
     kept = sum(fact["kept"].values())
