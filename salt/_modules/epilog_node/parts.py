@@ -751,6 +751,18 @@ def sweep(ctx):
 # meanwhile, and nothing of that may last into the next part
 ENDS_WORKER = ("40-lastuserjob-processes",)
 
+
+def warm(settings):
+    """What parts 42 and 45 import only when they run, imported ahead by a
+    worker that waits for them (the runner forks it while 40 runs)."""
+    # pylint: disable=import-outside-toplevel,unused-import
+    try:
+        import resource  # noqa: F401
+        if settings.get("ipc_cleanup", True):
+            from . import ipc  # noqa: F401
+    except ImportError:
+        pass  # the part says why when it runs
+
 # the parts that edit the ssh allow file: run only when it governs ssh
 # (epilog:ssh_access listfile)
 ALLOW_FILE_PARTS = ("39-lastuserjob-ssh", "50-exclusive-ssh")

@@ -391,13 +391,15 @@ class Run:
                 out.append((name, path, False, None))
         return out
 
-    def run_own(self, name, seconds, act_uid, close):
+    def run_own(self, name, seconds, act_uid, close, more=False):
         """Run the formula's part NAME in the worker (started for it when
         there is none), for at most SECONDS: then the worker's group gets
         SIGTERM, and SIGKILL 2 s later, and the next part gets a new worker.
         Its log lines and facts come back on a pipe, as they happen (a part
         stopped at its timeout has logged what it did). A worker that ended
         before it began the part (killed while it waited) is replaced, once.
+        MORE: the formula has parts after this one; when NAME ends its
+        worker (40), the next worker is forked while NAME runs, not after.
         (exit status, 124 when it timed out; facts)."""
         deadline = time.monotonic() + seconds
         identity = None if self.identity is None else list(self.identity)
@@ -410,6 +412,11 @@ class Run:
             except OSError:  # its end of the pipe is closed: it is gone
                 self._end_worker(reap=True)
                 continue
+            if more and name in parts.ENDS_WORKER and self._spare is None:
+                # ready on another CPU by the time NAME is done (it is
+                # root's alone, in a group of its own: NAME's kill, sent
+                # as the user, cannot reach it)
+                self._spare = self._start_worker(close, warm=True)
             result = self._follow(name, deadline)
             if result is not None:
                 return result
@@ -458,6 +465,7 @@ class Run:
         return (124 if timed_out else code if code is not None else rc or 1), facts
 
     _worker = None
+    _spare = None  # the next worker, started ahead (run_own's MORE)
 
     def _end_worker(self, kill=False, reap=False):
         """The end of the worker: its pipes closed (it reads the end of its
@@ -465,7 +473,7 @@ class Run:
         (REAP: its exit status) or by reap_workers, once the record is
         written."""
         pid, commands, replies = self._worker
-        self._worker = None
+        self._worker, self._spare = self._spare, None
         for fd in (commands, replies):
             os.close(fd)
             self._worker_fds.discard(fd)
@@ -477,8 +485,9 @@ class Run:
         return None
 
     def stop_worker(self):
-        """The end of the worker, once the chain's parts are done."""
-        if self._worker is not None:
+        """The end of the worker (and of a spare no part took), once the
+        chain's parts are done."""
+        while self._worker is not None:
             self._end_worker()
 
     def reap_workers(self):
@@ -496,15 +505,16 @@ class Run:
         thing: it gets ready on another CPU while the runner decides)."""
         self._worker = self._start_worker(close)
 
-    def _start_worker(self, close):
+    def _start_worker(self, close, warm=False):
         """The process the formula's parts run in, one after another (a
         fork: no exec, no interpreter start): in a process group of its own
         (a timeout ends it as a whole), with nothing of the runner's open but
         its two pipes (CLOSE: the user's lock). It runs no part after one
         that changed its credentials (ENDS_WORKER: 40's kill acts as the
         user, who may renice it meanwhile) or left it anything but wholly
-        root. (pid, the command pipe's write end, the reply pipe's read
-        end)."""
+        root. WARM: it imports what the later parts import only when they
+        run, before it waits for its first command. (pid, the command pipe's
+        write end, the reply pipe's read end)."""
         command_read, command_write = os.pipe()
         reply_read, reply_write = os.pipe()
         self._groups = os.getgroups()
@@ -520,6 +530,8 @@ class Run:
                 null = os.open("/dev/null", os.O_RDWR)
                 for fd in (0, 1, 2):
                     os.dup2(null, fd)
+                if warm:
+                    parts.warm(self.settings)
                 self._serve(command_read, reply_write)
                 code = 0
             finally:
@@ -769,7 +781,8 @@ class Run:
                 continue
             started = time.monotonic()
             if own:
-                rc, facts = self.run_own(name, left, act_uid, [lock] if lock is not None else [])
+                rc, facts = self.run_own(name, left, act_uid, [lock] if lock is not None else [],
+                                         more=own_after > 0)
             else:
                 rc, facts = self.run_site(path, left), {}
             entries.append(record.part_ran(name, rc, (time.monotonic() - started) * 1000, facts))
