@@ -447,6 +447,88 @@ def load_file(path, name):
     return module
 
 
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
+
+
+def in_namespaces(fn, *args, pid=True, ipc=False, fresh=(), timeout=300):
+    """FN(*ARGS) in a fork of this process (the in-process minion's loaders
+    come along) in namespaces of its own: a mount namespace, with a fresh
+    tmpfs on each directory of FRESH; with PID a pid namespace and a /proc
+    of its own (it sees none of the node's processes: no slurmd of the
+    machine's); with IPC a System V IPC namespace. What FN returns
+    (pickled), or what it raised, raised here. Whatever FN starts ends
+    with it (the pid namespace's init is FN's process)."""
+    import ctypes  # pylint: disable=import-outside-toplevel
+    import pickle  # pylint: disable=import-outside-toplevel
+    import select  # pylint: disable=import-outside-toplevel
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(rc, what):
+        if rc != 0:
+            raise OSError(ctypes.get_errno(), what)
+
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            os.close(read_end)
+            check(libc.unshare(CLONE_NEWNS | (CLONE_NEWPID if pid else 0) | (CLONE_NEWIPC if ipc else 0)),
+                  "unshare")
+            check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+            inner = os.fork() if pid else 0
+            if inner == 0:
+                try:
+                    if pid:
+                        check(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
+                              "mount /proc")
+                    for directory in fresh:
+                        check(libc.mount(b"epilog-ns", os.fsencode(directory), b"tmpfs", 0, b"mode=0755"),
+                              f"mount tmpfs on {directory}")
+                    try:
+                        result = ("ok", fn(*args))
+                    except BaseException as exc:  # noqa: BLE001 - raised again in the parent
+                        result = ("raised", exc)
+                    try:
+                        data = pickle.dumps(result)
+                    except Exception:  # noqa: BLE001 - what cannot be pickled is told by its repr
+                        data = pickle.dumps(("raised", AssertionError(repr(result[1]))))
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(write_end, view):]
+                    code = 0
+                finally:
+                    os._exit(code)
+            os.close(write_end)
+            code = os.waitstatus_to_exitcode(os.waitpid(inner, 0)[1])
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    chunks, until = [], time.monotonic() + timeout
+    try:
+        while True:
+            left = until - time.monotonic()
+            if left <= 0 or not select.select([read_end], [], [], left)[0]:
+                os.kill(child, signal.SIGKILL)
+                raise AssertionError(f"{getattr(fn, '__name__', fn)} did not finish within {timeout} s")
+            chunk = os.read(read_end, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        status = os.waitpid(child, 0)[1]
+    if not chunks:
+        raise AssertionError(f"{getattr(fn, '__name__', fn)} in its namespaces ended with status "
+                             f"{os.waitstatus_to_exitcode(status)} and said nothing")
+    kind, value = pickle.loads(b"".join(chunks))
+    if kind == "raised":
+        raise value
+    return value
+
+
 @contextlib.contextmanager
 def mount_namespace(fresh=(), copied=(), pid=False, ipc=False):
     """A private mount namespace, held open by a process while the block

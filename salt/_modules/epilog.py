@@ -158,7 +158,7 @@ def _recovery_settings():
     return settings, _Chain(confdir, layout)
 
 
-def sweep(test=None, job=None, user=None, budget=None, **kwargs):
+def sweep(test=None, job=None, user=None, budget=None, remove_ipc=False, **kwargs):
     """
     Sweep /tmp for residue of crashed X/VNC servers and Cadence clients
     (orphan /tmp/.X11-unix/X<N> sockets, stale /tmp/.X<N>-lock files, dead
@@ -171,11 +171,19 @@ def sweep(test=None, job=None, user=None, budget=None, **kwargs):
     ``test``, each sweep is a record of the record file (stage ``sweep``,
     source ``call`` or ``schedule``), which ``epilog.report`` counts.
 
+    It also looks at the System V IPC objects (shared memory, semaphore
+    sets, message queues) of accounts that have no job on the node, decided
+    as ``epilog.strays`` decides (the current release's own guard and
+    last-job evidence, under the user's lock), and removes those part 42
+    would remove only with ``remove_ipc=True``.
+
     Returns a report: ``removed`` (or, with ``test=True``, ``would_remove``),
-    ``kept`` with a reason for each path, ``errors``, ``skipped`` and
-    ``counts`` per kind. Raises an error (exit code 1) only when the sweep
-    itself cannot run: a bad ``job`` or ``budget``, an unknown ``user``, an
-    argument it does not take.
+    ``kept`` with a reason for each path, ``errors``, ``skipped``,
+    ``counts`` per kind, and ``ipc``: ``users`` (each account with objects
+    and no job here: what would go, and with ``remove_ipc`` what went) and
+    ``counts``, or why it could not look. Raises an error (exit code 1) only
+    when the sweep itself cannot run: a bad ``job`` or ``budget``, an
+    unknown ``user``, an argument it does not take.
 
     test
         Report what would be removed and remove nothing. Defaults to the
@@ -192,6 +200,11 @@ def sweep(test=None, job=None, user=None, budget=None, **kwargs):
         Whole seconds the sweep may take, 1 to 3600 (rules.yaml's seconds;
         default ``epilog:sweep_budget``).
 
+    remove_ipc
+        Remove the System V IPC objects of accounts with no job here that
+        part 42 would remove at their last job end (default: only report
+        them).
+
     CLI Example:
 
     .. code-block:: bash
@@ -199,11 +212,14 @@ def sweep(test=None, job=None, user=None, budget=None, **kwargs):
         salt-call epilog.sweep
         salt '*' epilog.sweep test=True
         salt '*' epilog.sweep job=1234 user=alice
+        salt '*' epilog.sweep remove_ipc=True
     """
     source = _source(kwargs)
     if test is None:
         test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
-    settings, rules, _ = _config()
+    if not isinstance(remove_ipc, bool):
+        raise CommandExecutionError(f"remove_ipc must be True or False, got {remove_ipc!r}")
+    settings, rules, layout = _config()
     if budget is not None:
         seconds = rules["seconds"]
         # The pillar's rule for sweep_budget, from rules.yaml: a whole number
@@ -235,10 +251,43 @@ def sweep(test=None, job=None, user=None, budget=None, **kwargs):
         raise CommandExecutionError(str(exc)) from exc
     finally:
         log.close()
+    report["ipc"], ipc_fact = _between_jobs_ipc(settings, _Chain(settings["slurm_config_dir"], layout), test,
+                                                remove_ipc, source)
     if not test:
+        facts = {"sweep": _node.sweep.fact(report)}
+        if ipc_fact:
+            facts["ipc"] = ipc_fact
         _between_jobs_record(settings, "sweep", start, source, parts=[_node.record.part_ran(
-            "epilog.sweep", 0, report.get("elapsed_ms", 0), {"sweep": _node.sweep.fact(report)})])
+            "epilog.sweep", 0, report.get("elapsed_ms", 0), facts)])
     return report
+
+
+def _between_jobs_ipc(settings, chain, test, remove, source):
+    """The sweep's look at System V IPC: (what the current release's strays
+    program says of the accounts that hold objects and have no job here,
+    the objects it removed as a record fact or None). Nothing to look at
+    (no object but root's and the system accounts') costs no program; a
+    look that cannot be made says why, and the sweep goes on."""
+    if not settings.get("ipc_cleanup", True):
+        return "epilog:ipc_cleanup is off: IPC objects are neither looked at nor removed", None
+    uid_min, uid_max = _node.system.login_defs()
+    if not any(uid_min <= uid <= uid_max or uid > 65535 for uid in _node.ipc.holders()):
+        return {"users": [], "counts": {"users": 0, "objects": 0, "bytes": 0, "removed": 0, "bytes_removed": 0}}, None
+    try:
+        found = _strays_program(settings, chain, {"kill": remove, "test": test, "source": source, "ipc_only": True})
+    except CommandExecutionError as exc:
+        return f"not looked at: {exc}", None
+    users = [{key: user[key] for key in ("user", "uid", "answer", "why", "ipc", "kill") if key in user}
+             for user in found.get("users", []) if user.get("answer") in ("stray", "unknown")]
+    for user in users:
+        if isinstance(user.get("kill"), dict):
+            user["removed"] = user.pop("kill").get("ipc")
+        user.pop("kill", None)
+    counts = found.get("counts", {})
+    fact = found.get("ipc_fact") if remove and not test else None
+    return {"users": users, "counts": {"users": counts.get("ipc_users", 0), "objects": counts.get("ipc_objects", 0),
+                                       "bytes": counts.get("ipc_bytes", 0), "removed": counts.get("ipc_removed", 0),
+                                       "bytes_removed": counts.get("ipc_bytes_removed", 0)}}, fact
 
 
 def _source(kwargs):
@@ -1559,11 +1608,17 @@ def strays(kill=False, test=None, **kwargs):
         if not isinstance(value, bool):
             raise CommandExecutionError(f"{name} must be True or False, got {value!r}")
     settings, chain = _settings()
+    return _strays_program(settings, chain, {"kill": kill, "test": test, "source": source})
+
+
+def _strays_program(settings, chain, args):
+    """The report of the current release's strays program (ARGS: kill,
+    test, source, ipc_only), run as its job ends run it."""
     release_dir, current = _current_release(chain)
     if not os.path.isfile(os.path.join(release_dir, PACKAGE, "strays.py")):
         raise CommandExecutionError(f"release {current} has no epilog.strays: state.apply epilog first")
     view, slurmd_pid = _slurmd_view(settings)
-    args = {"kill": kill, "test": test, "source": source, "slurmd_pid": slurmd_pid, "env": view}
+    args = dict(args, slurmd_pid=slurmd_pid, env=view)
     # The release's own node program, in the chain's interpreter, in a
     # process of its own: the kill changes its uids, never the minion's.
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from epilog_node import strays; "

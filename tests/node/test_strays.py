@@ -19,9 +19,10 @@ CODE = ("import sys; sys.path.insert(0, sys.argv[1]); from epilog_node import st
 USERS = ("alice", "alicex", "je.kim", "alice.b")
 
 
-def look(chain, kill=False, test=False, source="call"):
+def look(chain, kill=False, test=False, source="call", ipc_only=False):
     """The release's strays program, as the epilog module runs it: its report."""
-    args = {"kill": kill, "test": test, "source": source, "slurmd_pid": 0, "env": {"SLURMD_NODENAME": HOST}}
+    args = {"kill": kill, "test": test, "source": source, "slurmd_pid": 0, "env": {"SLURMD_NODENAME": HOST},
+            "ipc_only": ipc_only}
     proc = subprocess.run([PYTHON, "-ISB", "-c", CODE, str(chain.view(chain.release)), json.dumps(args)],
                           capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
     assert proc.returncode == 0, proc.stderr
@@ -118,7 +119,7 @@ def test_a_failed_lookup_is_never_a_licence_to_kill(own_chain, processes, accoun
         report = look(chain, kill=True)
         users = told(report)
         assert users["alice"]["answer"] == "unknown" and "nosuch-operator" in users["alice"]["why"], users
-        assert {"uid": 50199, "processes": 1} in report["no_account"], report
+        assert {"uid": 50199, "processes": 1, "ipc_objects": False} in report["no_account"], report
         assert None not in users and report["counts"]["no_account_uids"] >= 1
         assert report["counts"]["killed"] == 0
         assert all(still_running(proc, grace=0) for proc in (*processes.values(), nobody, orphan))

@@ -10,7 +10,7 @@ import time
 import pytest
 from salt.exceptions import CommandExecutionError
 
-from tests.helpers import end, killed, owned_file, slurmd_env, stray, uid_of
+from tests.helpers import as_user, end, in_namespaces, killed, owned_file, slurmd_env, stray, uid_of
 
 
 def job_end(n, user, job, **env):
@@ -129,3 +129,40 @@ def test_report_reads_both_generations_of_one_moment(node):
     assert {r["job"] for r in node.run("report", user="je.kim", job=30)["records"]} == {30}
     assert node.run("report", job=29)["records"] == []
     assert [r["job"] for r in node.run("report", job=32)["records"]] == [32]
+
+
+def test_the_sweep_reports_the_ipc_objects_of_accounts_with_no_job_and_removes_them_only_when_asked(node):
+    """epilog.sweep in-process, in an IPC namespace of the test's own:
+    alice's crashed job left a segment and a queue and she has no job here;
+    je.kim's (an operator's) segment stays. The record, epilog.report and the
+    metrics count what went."""
+    node.apply()
+
+    def ipcmk(user, *args):
+        return int(subprocess.run([*as_user(user), "ipcmk", *args], capture_output=True, text=True,
+                                  check=True).stdout.split()[-1])
+
+    def ids():
+        return {int(line.split()[1]) for kind in ("shm", "msg")
+                for line in open(f"/proc/sysvipc/{kind}", encoding="ascii").read().splitlines()[1:] if line.split()}
+
+    def inside():
+        mine = {ipcmk("alice", "-M", "65536"), ipcmk("alice", "-Q")}
+        operators = ipcmk("je.kim", "-M", "4096")
+        listed = node.run("sweep")
+        before = ids()
+        removed = node.run("sweep", remove_ipc=True)
+        return mine, operators, before, listed, removed, ids()
+
+    mine, operators, before, listed, removed, after = in_namespaces(inside, pid=False, ipc=True)
+    assert mine | {operators} <= before, before
+    users = {user["user"]: user for user in listed["ipc"]["users"]}
+    assert users["alice"]["answer"] == "stray" and "je.kim" not in users, listed["ipc"]
+    assert users["alice"]["ipc"]["remove"] == {"shm": 1, "sem": 0, "msg": 1}, users
+    assert listed["ipc"]["counts"] == {"users": 1, "objects": 2, "bytes": 65536, "removed": 0, "bytes_removed": 0}
+    assert removed["ipc"]["counts"]["removed"] == 2 and removed["ipc"]["counts"]["bytes_removed"] == 65536
+    assert not mine & after and operators in after, after
+    summary = node.run("report")["between_jobs"]
+    assert summary["ipc_removed"] == {"shm": 1, "sem": 0, "msg": 1} and summary["ipc_bytes_removed"] == 65536
+    with pytest.raises(CommandExecutionError, match="remove_ipc must be True or False"):
+        node.run("sweep", remove_ipc="yes")

@@ -136,3 +136,15 @@ def test_rows_of_other_owners_cost_only_a_split():
     text = SHM + shm(1, ALICE, ALICE, 0) + shm(2, BOB, BOB, 0) + shm(3, BOB, ALICE, 0) + shm(4, ALICE, 0, 0)
     assert [row["shmid"] for row in ipc.rows(text, ALICE)] == [1, 3, 4]
     assert len(ipc.rows(text)) == 4
+
+
+def test_the_holders_between_jobs_are_every_owner_and_creator():
+    """Whose objects a look between jobs judges: owners and creators alike
+    (an object alice gave to bob is still one of hers to look at), from the
+    rows the kernel gives; a garbage row names nobody."""
+    texts = {"shm": SHM + shm(1, BOB, ALICE, 0) + "0 1 600 x y\n", "sem": SEM + sem(2, 0, 0),
+             "msg": MSG + msg(3, OPERATOR, OPERATOR)}
+    assert ipc.holders(lambda kind: ipc.rows(texts[kind])) == {ALICE, BOB, 0, OPERATOR}
+    # the uid prefilter is a substring test: a uid that is only part of another column is no match
+    assert ipc.rows(SHM + shm(1, BOB, BOB, 0, size=501010), ALICE) == []
+    assert [row["shmid"] for row in ipc.rows(SHM + shm(1, BOB, ALICE, 0) + shm(2, BOB, BOB, 0), ALICE)] == [1]

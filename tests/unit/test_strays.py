@@ -89,16 +89,20 @@ def look(source, kill, found, killed, users=1):
     return json.loads(record.line(rec))
 
 
-def sweep_record(source, removed):
+def sweep_record(source, removed, ipc=None):
+    facts = {"sweep": {"counts": {"x_socket": {"removed": removed, "kept": 1}}}}
+    if ipc:
+        facts["ipc"] = ipc
     rec = record.build("sweep", "n1", None, None, None, None, 1.8e9, 7, None, None, 0, [record.part_ran(
-        "epilog.sweep", 0, 7, {"sweep": {"counts": {"x_socket": {"removed": removed, "kept": 1}}}})])
+        "epilog.sweep", 0, 7, facts)])
     rec["source"] = source
     return json.loads(record.line(rec))
 
 
 def test_looks_between_jobs_are_counted_apart_from_job_ends():
     chosen = [look("schedule", True, 3, 3), look("call", False, 2, 0), look("schedule", False, 1, 0),
-              sweep_record("schedule", 2), sweep_record("call", 1), sweep_record("forged", 1),
+              sweep_record("schedule", 2), sweep_record("call", 1, {"removed": {"sem": 3}, "bytes": 0}),
+              sweep_record("forged", 1, {"removed": {"shm": "x", "msg": 2}, "bytes": True}),
               look("schedule", True, True, -5, users="9")]
     assert all(record.record_ok(rec) for rec in chosen)
     out = record.summary(chosen)
@@ -110,6 +114,9 @@ def test_looks_between_jobs_are_counted_apart_from_job_ends():
     assert between["stray_processes_found"] == 6 and between["stray_processes_killed"] == 3
     assert between["stray_users_found"] == 3
     assert between["removed"]["x_socket"] == 4
+    # a count that is not a whole number counts nothing; job ends' ipc stays theirs
+    assert between["ipc_removed"] == {"shm": 0, "sem": 3, "msg": 2} and between["ipc_bytes_removed"] == 0
+    assert out["ipc"]["removed"] == {"shm": 0, "sem": 0, "msg": 0}
     # the job ends' own residue is part 45's alone
     assert out["residue"]["removed"]["x_socket"] == 0 and out["sweeps"] == 0
 
@@ -120,7 +127,8 @@ def test_a_look_between_jobs_adds_to_its_own_counters(tmp_path):
     metrics.parent.mkdir(mode=0o755)
     if not trust.root_only(str(metrics.parent)):
         pytest.skip("the metrics need a directory only root can write")
-    for rec in (look("schedule", True, 3, 2), look("schedule", False, 1, 0), sweep_record("call", 2)):
+    objects = {"removed": {"shm": 2, "sem": 0, "msg": 1}, "bytes": 8192, "kept": {"attached": 1}, "left": 0}
+    for rec in (look("schedule", True, 3, 2), look("schedule", False, 1, 0), sweep_record("call", 2, objects)):
         assert record.update_metrics(trust, str(metrics), rec)
     counters = record.read_metrics(metrics.read_bytes())
     assert counters['epilog_between_jobs_runs_total{what="strays",source="schedule"}'] == 2
@@ -128,6 +136,10 @@ def test_a_look_between_jobs_adds_to_its_own_counters(tmp_path):
     assert counters['epilog_stray_processes_total{action="found"}'] == 4
     assert counters['epilog_stray_processes_total{action="killed"}'] == 2
     assert counters['epilog_residue_removed_total{kind="x_socket"}'] == 2
+    # what a sweep with remove_ipc removed, in the counters part 42's go to
+    assert counters['epilog_ipc_removed_total{kind="shm"}'] == 2 and counters['epilog_ipc_removed_total{kind="msg"}'] == 1
+    assert counters["epilog_ipc_bytes_removed_total"] == 8192
+    assert counters['epilog_ipc_kept_total{reason="attached"}'] == 1
     assert not any(value for key, value in counters.items() if key.startswith("epilog_job_ends_total"))
 
 

@@ -113,6 +113,16 @@ def read_rows(kind, uid=None):
         return []
 
 
+def holders(read=read_rows):
+    """The uids that own or created a System V IPC object here (between
+    jobs: whose objects to judge, processes or not)."""
+    out = set()
+    for kind in KINDS:
+        for row in read(kind):
+            out.update(row[key] for key in ("uid", "cuid") if isinstance(row.get(key), int))
+    return out
+
+
 def live_uid(pid):
     """The real uid of the live process PID, or None."""
     fields = system.status(pid)

@@ -254,12 +254,14 @@ def render_metrics(metric):
             "# TYPE epilog_processes_signalled_total counter"]
     for _, where in KILLED_KINDS:
         out.append("%s %d" % (KILLED_METRIC % where, metric.get(KILLED_METRIC % where, 0)))
-    out += ["# HELP epilog_ipc_removed_total System V IPC objects of users part 42 removed at their last job "
-            "end, by kind.", "# TYPE epilog_ipc_removed_total counter"]
+    out += ["# HELP epilog_ipc_removed_total System V IPC objects of users removed by part 42 at their last job "
+            "end, or between jobs when asked (epilog.strays kill, epilog.sweep remove_ipc), by kind.",
+            "# TYPE epilog_ipc_removed_total counter"]
     out += ["%s %d" % (IPC_METRIC % kind, metric.get(IPC_METRIC % kind, 0)) for kind in IPC_KINDS]
-    out += ["# HELP %s Bytes of the shared memory segments and queues part 42 removed." % IPC_BYTES_METRIC,
+    out += ["# HELP %s Bytes of the shared memory segments and queues removed (part 42, and between "
+            "jobs)." % IPC_BYTES_METRIC,
             "# TYPE %s counter" % IPC_BYTES_METRIC, "%s %d" % (IPC_BYTES_METRIC, metric.get(IPC_BYTES_METRIC, 0))]
-    out += ["# HELP epilog_ipc_kept_total System V IPC objects of users part 42 kept, by why.",
+    out += ["# HELP epilog_ipc_kept_total System V IPC objects of users kept where they could have gone, by why.",
             "# TYPE epilog_ipc_kept_total counter"]
     out += ["%s %d" % (IPC_KEPT_METRIC % reason, metric.get(IPC_KEPT_METRIC % reason, 0)) for reason in IPC_KEPT]
     out += ["# HELP epilog_between_jobs_runs_total Looks between jobs (epilog.sweep, epilog.strays), by what "
@@ -318,6 +320,13 @@ def update_metrics(trust, path, record):
         def add(key, n):
             metric[key] = int(metric.get(key, 0)) + n
 
+        # System V IPC objects: part 42's, and a look's between jobs
+        objects = ipc(record)
+        for kind, n in objects["removed"].items():
+            add(IPC_METRIC % kind, n)
+        add(IPC_BYTES_METRIC, objects["bytes"])
+        for reason, n in objects["kept"].items():
+            add(IPC_KEPT_METRIC % reason, n)
         if record["stage"] in BETWEEN_JOBS:
             # a look between jobs: no job end, and no chain's duration
             add(BETWEEN_METRIC % (record["stage"], source(record)), 1)
@@ -338,12 +347,6 @@ def update_metrics(trust, path, record):
                 add(RESIDUE_METRIC % kind, n)
         for where, n in signalled(record).items():
             add(KILLED_METRIC % where, n)
-        objects = ipc(record)
-        for kind, n in objects["removed"].items():
-            add(IPC_METRIC % kind, n)
-        add(IPC_BYTES_METRIC, objects["bytes"])
-        for reason, n in objects["kept"].items():
-            add(IPC_KEPT_METRIC % reason, n)
         add("epilog_warnings_total", record["warnings"])
         metric['epilog_last_chain_seconds{stage="%s"}' % record["stage"]] = "%d.%03d" % divmod(record["ms"], 1000)
         system.replace_file(path, render_metrics(metric).encode("ascii"))
@@ -603,7 +606,8 @@ def summary(chosen, start=None):
         "ipc": {"removed": dict.fromkeys(IPC_KINDS, 0), "bytes": 0, "kept": dict.fromkeys(IPC_KEPT, 0)},
         "between_jobs": {"sweeps": {source: 0 for source in SOURCES}, "strays_looks": {source: 0 for source in SOURCES},
                          "stray_users_found": 0, "stray_processes_found": 0, "stray_processes_killed": 0,
-                         "removed": dict.fromkeys(RESIDUE_KINDS[:-1], 0)},
+                         "removed": dict.fromkeys(RESIDUE_KINDS[:-1], 0),
+                         "ipc_removed": dict.fromkeys(IPC_KINDS, 0), "ipc_bytes_removed": 0},
     }
     acted_on = set()
     between = out["between_jobs"]
@@ -619,6 +623,10 @@ def summary(chosen, start=None):
             for kind, n in removed(rec).items():
                 if kind in between["removed"] and isinstance(n, int):
                     between["removed"][kind] += n
+            objects = ipc(rec)
+            for kind, n in objects["removed"].items():
+                between["ipc_removed"][kind] += n
+            between["ipc_bytes_removed"] += objects["bytes"]
             continue
         if rec.get("stage") != "epilog":
             out["prologs"] += 1

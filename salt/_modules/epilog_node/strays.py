@@ -25,7 +25,12 @@ rules and nothing else:
   user's lock and never past the prolog's wait for it, as at a job end;
   then, still under the lock, the user's System V IPC objects part 42
   would remove (epilog:ipc_cleanup). A stray's listing says what those
-  would be.
+  would be;
+* an account that runs nothing here but owns or created System V IPC
+  objects (a crashed job's segments) is told the same way, with no
+  processes: killed, it only has its objects removed. ipc_only (what
+  epilog.sweep asks): only those accounts that hold objects, and, with
+  kill, only their objects removed.
 
 judge() is the decision, a function of its facts; run() gathers them. Only
 "stray" is ever killed; "unknown" never is.
@@ -140,13 +145,15 @@ def account(uid):
 KILL_PARTS = ("39-lastuserjob-ssh", KILL_PART)
 
 
-def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0):
+def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0, ipc_only=False):
     """The strays of this node now, by the rules of the release in
     RELEASE_DIR, as a report; with KILL (and not TEST) each stray account's
-    ssh line is revoked (39) and its processes killed (40) under its lock.
-    ENV: SLURMD_NODENAME and SLURM_CONF as slurmd would give a job end.
-    Unless TEST, the log gets a line per account killed or not told, and
-    the record file one record."""
+    ssh line is revoked (39) and its processes killed (40) under its lock,
+    then its System V IPC objects removed. ENV: SLURMD_NODENAME and
+    SLURM_CONF as slurmd would give a job end. IPC_ONLY: only the accounts
+    that hold IPC objects, and KILL removes their objects alone. Unless
+    TEST, the log gets a line per account killed or not told, and (but
+    IPC_ONLY: the sweep's record says it) the record file one record."""
     now = time.time()
     run_ = runner.Run(release_dir, "epilog", dict(env, SLURM_JOB_USER="", SLURM_JOB_UID="", SLURM_JOB_ID=""),
                       explain=bool(test), slurmd_pid=slurmd_pid, source="epilog.strays")
@@ -155,6 +162,13 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0):
     deadline = time.monotonic() + settings["chain_timeout"]
     defs = system.login_defs()
     found = processes(os.getpid(), now)
+    ipc_on = settings.get("ipc_cleanup", True)
+    holding = set()
+    if ipc_on:
+        from . import ipc  # pylint: disable=import-outside-toplevel
+
+        slots = set(system.UID_MAX_REAL - i for i in range(parts.KILL_SLOTS))
+        holding = {uid for uid in ipc.holders() if uid != 0 and uid not in slots}
     # one set of node facts for the whole look (root's slurmstepds, and the
     # controller, asked once at most); the marks are read for each user
     # under their lock
@@ -162,8 +176,10 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0):
     users, nameless = [], []
     counts = dict.fromkeys(("stray", "job", "operator", "system", "unknown"), 0)
     killed = 0
-    for uid in sorted(found):
-        procs = found[uid]
+    ipc_counts = {"users": 0, "objects": 0, "bytes": 0, "removed": 0, "bytes_removed": 0}
+    removed_ipc = {"removed": dict.fromkeys(("shm", "sem", "msg"), 0), "bytes": 0, "kept": {}, "left": 0}
+    for uid in sorted(holding if ipc_only else set(found) | holding):
+        procs = found.get(uid, [])
         if system_uid(uid, defs):
             counts["system"] += 1
             continue
@@ -172,7 +188,7 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0):
             # no account: a deleted user's, a container's subordinate uid;
             # summed up, never killed
             counts["unknown"] += 1
-            nameless.append({"uid": uid, "processes": len(procs)})
+            nameless.append({"uid": uid, "processes": len(procs), "ipc_objects": uid in holding})
             continue
         entry = {"user": name, "uid": uid, "processes": len(procs)}
         held = None
@@ -188,13 +204,20 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0):
             if answer == "stray":
                 entry["strays"] = [{"pid": p.pid, "command": p.command, "age": p.age} for p in procs[:LIST_MAX]]
                 entry["more"] = max(0, len(procs) - LIST_MAX)
-                if settings.get("ipc_cleanup", True):
+                if uid in holding:
                     entry["ipc"] = ipc_objects(uid, run_.names["localusers"], min(deadline, time.monotonic() + 5))
+                    objects = sum(entry["ipc"]["remove"].values())
+                    ipc_counts["users"] += 1 if objects else 0
+                    ipc_counts["objects"] += objects
+                    ipc_counts["bytes"] += entry["ipc"]["bytes"]
                 if kill:
-                    entry["kill"] = "would kill" if test else _kill(run_, uid, name, held, deadline)
+                    entry["kill"] = "would kill" if test else _kill(run_, uid, name, held, deadline,
+                                                                    processes=bool(procs) and not ipc_only,
+                                                                    objects=uid in holding)
                     held = None
                     if isinstance(entry["kill"], dict):
                         killed += entry["kill"]["signalled"]
+                        _add_ipc(removed_ipc, entry["kill"].get("ipc"))
             elif answer == "unknown" and not test:
                 run_.log.warning("strays: uid %d (%s) not told: %s; left alone" % (uid, system.show(name), why))
         except Exception as exc:  # noqa: BLE001 - one account's failure (a fork refused) is not the look's
@@ -218,11 +241,15 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0):
                                                                            if u["answer"] == "stray"),
                    "killed": killed, "job_users": counts["job"], "unknown_users": counts["unknown"],
                    "no_account_uids": len(nameless), "operators": counts["operator"],
-                   "system_accounts": counts["system"]},
+                   "system_accounts": counts["system"], "ipc_users": ipc_counts["users"],
+                   "ipc_objects": ipc_counts["objects"], "ipc_bytes": ipc_counts["bytes"],
+                   "ipc_removed": sum(removed_ipc["removed"].values()), "ipc_bytes_removed": removed_ipc["bytes"]},
         "ms": int((time.time() - now) * 1000),
     }
-    if not test:
-        _record(run_, report)
+    if ipc_only:
+        report["ipc_fact"] = removed_ipc  # for the sweep's record
+    elif not test:
+        _record(run_, report, removed_ipc)
     run_.reap_workers()
     run_.log.close()
     return report
@@ -276,11 +303,25 @@ def _decide(run_, facts, uid, name, procs, test):
     return answer, why, (lock, time.monotonic()) if lock is not None else None
 
 
-def _kill(run_, uid, name, held, deadline):
-    """Parts 39 (unless the settings leave it out) and 40 for UID, each in a
-    worker of its own, with the user's lock HELD ((descriptor, when taken),
-    closed here) throughout, and never past the prolog's wait for it (as a
-    job end's lastuserjob parts), nor DEADLINE. What 40 reported: outcome,
+def _add_ipc(total, fact):
+    """ipc.clean's FACT added into TOTAL."""
+    if not isinstance(fact, dict):
+        return
+    for kind, n in fact.get("removed", {}).items():
+        total["removed"][kind] = total["removed"].get(kind, 0) + n
+    for why, n in fact.get("kept", {}).items():
+        total["kept"][why] = total["kept"].get(why, 0) + n
+    total["bytes"] += fact.get("bytes", 0)
+    total["left"] += fact.get("left", 0)
+
+
+def _kill(run_, uid, name, held, deadline, processes=True, objects=True):
+    """Parts 39 (unless the settings leave it out) and 40 for UID (unless
+    not PROCESSES: an account that runs nothing here), each in a worker of
+    its own, then (OBJECTS: it holds some) its System V IPC objects, with
+    the user's lock HELD ((descriptor, when taken), closed here)
+    throughout, and never past the prolog's wait for it (as a job end's
+    lastuserjob parts), nor DEADLINE. What 40 reported: outcome,
     signalled, and the parts' exit status."""
     lock, taken = held if held is not None else (None, time.monotonic())
     until = min(deadline, taken + run_.lock_wait() - 3)
@@ -288,7 +329,7 @@ def _kill(run_, uid, name, held, deadline):
     try:
         run_.user = name
         run_.identity = guard.Identity(True, uid, "")
-        for part in KILL_PARTS:
+        for part in KILL_PARTS if processes else ():
             if parts.not_run(part, run_.settings):
                 continue
             seconds = min(run_.settings["part_timeout"], int(until - time.monotonic()))
@@ -300,7 +341,7 @@ def _kill(run_, uid, name, held, deadline):
             done[part] = rc
         run_.stop_worker()
         # the System V IPC objects part 42 would remove at their last job end
-        if run_.settings.get("ipc_cleanup", True) and time.monotonic() < until:
+        if objects and run_.settings.get("ipc_cleanup", True) and time.monotonic() < until:
             from . import ipc  # pylint: disable=import-outside-toplevel
 
             facts["ipc"] = ipc.clean(uid, parts.spared_uids(run_.names["localusers"]), until)
@@ -320,14 +361,17 @@ def _kill(run_, uid, name, held, deadline):
             "ipc": facts.get("ipc")}
 
 
-def _record(run_, report):
+def _record(run_, report, removed_ipc):
     """The record of this look: stage strays, the counts, the first
-    accounts told (the strays first)."""
+    accounts told (the strays first); the IPC objects the kill removed, as
+    part 42's fact (the metrics and epilog.report count it)."""
     users = [{"user": record.text(u["user"] or "", 64), "uid": u["uid"], "answer": u["answer"],
               "processes": u["processes"], "kill": u["kill"].get("outcome") if isinstance(u.get("kill"), dict)
               else None} for u in report["users"][:RECORD_USERS]]
+    ran = [record.part_ran("epilog.strays", 0, report["ms"], {"ipc": removed_ipc})] \
+        if sum(removed_ipc["removed"].values()) or removed_ipc["kept"] else []
     rec = record.build("strays", report["node"], None, None, None, run_.release, run_.start, report["ms"], None,
-                       None, run_.log.warnings, [])
+                       None, run_.log.warnings, ran)
     rec.update(source=report["source"], kill=report["kill"], strays=dict(report["counts"], users=users,
                                                                           users_more=max(0, len(report["users"])
                                                                                          - RECORD_USERS)))
@@ -338,10 +382,11 @@ def _record(run_, report):
 
 def main(argv):
     """python3 -m epilog_node.strays RELEASE_DIR JSON: the report as JSON on
-    stdout. JSON: {kill, test, source, slurmd_pid, env}."""
+    stdout. JSON: {kill, test, source, slurmd_pid, env, ipc_only}."""
     os.umask(0o022)
     args = system.loads(argv[1])
     report = run(argv[0], args.get("env") or {}, kill=bool(args.get("kill")), test=bool(args.get("test")),
-                 source=args.get("source") or "call", slurmd_pid=int(args.get("slurmd_pid") or 0))
+                 source=args.get("source") or "call", slurmd_pid=int(args.get("slurmd_pid") or 0),
+                 ipc_only=bool(args.get("ipc_only")))
     sys.stdout.write(system.dumps(report) + "\n")
     return 0
