@@ -150,3 +150,48 @@ def test_between_jobs_the_objects_of_accounts_with_no_job_are_told_and_removed_o
     assert not mine & after and others <= after, after
     # ipc_only looks are the sweep's: its record says them, not one of their own
     assert not chain.record_file.exists() or not [rec for rec in chain.records() if rec["stage"] == "strays"]
+
+
+FLOOD = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+n = int(sys.argv[1])
+made = {"shm": 0, "sem": 0, "msg": 0}
+for i in range(n):
+    made["sem"] += libc.semget(0, 1 + i % 3, 0o1600) >= 0
+    made["msg"] += libc.msgget(0, 0o1600) >= 0
+    ident = libc.shmget(0, 4096, 0o1600)
+    if ident >= 0:
+        made["shm"] += 1
+        if i % 50 == 0:
+            # attached by a child that forks and exits: nothing is attached once it has
+            pid = os.fork()
+            if pid == 0:
+                libc.shmat(ident, None, 0)
+                os._exit(0 if os.fork() else 0)
+            os.waitpid(pid, 0)
+print(made["shm"], made["sem"], made["msg"], flush=True)
+"""
+
+
+def test_thousands_of_objects_go_within_the_parts_deadline_in_one_line_and_never_drain(var_chain, ns):
+    """alice floods the namespace (1,500 each of segments, semaphore sets and
+    queues; some segments attached by children that forked and exited) and
+    her last job ends: the chain exits 0 within its deadline, part 42's log
+    says it in one line, and whatever its deadline left is counted."""
+    chain = var_chain(part_timeout=10, chain_timeout=60)
+    made = subprocess.run([*ns, *as_user(ALICE), "/usr/bin/python3", "-c", FLOOD, "1500"], capture_output=True,
+                          text=True, check=True, timeout=120).stdout.split()
+    assert [int(n) for n in made] == [1500, 1500, 1500], made
+    ret = chain.run(chain.conf_dir / "epilog.sh", slurmd_env(ALICE), prefix=ns, timeout=60)
+    assert ret.returncode == 0, ret
+    lines = [line for line in chain.log_text().splitlines() if "System V IPC of uid" in line]
+    assert len(lines) == 1, lines
+    part = next(p for p in chain.records()[-1]["parts"] if p["part"] == "42-lastuserjob-cleanup")
+    fact = part["facts"]["ipc"]
+    assert part["rc"] == 0 and part["ms"] < 10_000, part
+    left = [key for key, owner in objects(ns).items() if owner == uid_of(ALICE)]
+    assert sum(fact["removed"].values()) + fact["left"] + sum(fact["kept"].values()) == 4500, fact
+    assert len(left) == fact["left"] + sum(fact["kept"].values()), (len(left), fact)
+    assert fact["removed"]["shm"] + fact["removed"]["sem"] + fact["removed"]["msg"] > 0, fact
