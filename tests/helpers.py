@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import pwd
+import shlex
 import shutil
 import signal
 import socket
@@ -529,6 +530,14 @@ def in_namespaces(fn, *args, pid=True, ipc=False, fresh=(), timeout=300):
     return value
 
 
+REAPER = ("import os, time\n"
+          "while True:\n"
+          "    try:\n"
+          "        os.waitpid(-1, 0)\n"
+          "    except ChildProcessError:\n"
+          "        time.sleep(0.1)\n")
+
+
 @contextlib.contextmanager
 def mount_namespace(fresh=(), copied=(), pid=False, ipc=False):
     """A private mount namespace, held open by a process while the block
@@ -545,10 +554,14 @@ def mount_namespace(fresh=(), copied=(), pid=False, ipc=False):
         shutil.copytree(directory, saved / str(i), symlinks=True)
         script.append(f'mount -t tmpfs -o mode=0755 epilog-ns "{directory}" && cp -a "{saved}/{i}/." "{directory}/"')
     script += [f'mount -t tmpfs -o mode=0755 epilog-ns "{directory}"' for directory in fresh]
-    pid_ns = ["--pid", "--fork", "--mount-proc"] if pid else []
+    # (--kill-child: the namespace's init, and so all in it, dies with the holder)
+    pid_ns = ["--pid", "--fork", "--kill-child", "--mount-proc"] if pid else []
+    # a pid namespace's init reaps what is left to it (a daemon's children,
+    # once the daemon has gone: zombies would hold up whoever waits for them)
+    hold = f"exec /usr/bin/python3 -c {shlex.quote(REAPER)}" if pid else "exec sleep 3600"
     holder = subprocess.Popen(
         ["unshare", "--mount", "--propagation", "private", *(["--ipc"] if ipc else []), *pid_ns, "sh", "-c",
-         " && ".join([*script, "echo $$ ready"]) + " && exec sleep 3600"],
+         " && ".join([*script, "echo $$ ready"]) + " && " + hold],
         stdout=subprocess.PIPE, text=True)
     try:
         line = holder.stdout.readline().split()

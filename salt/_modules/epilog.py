@@ -680,7 +680,8 @@ def _slurmds_confs(settings=None):
             entry["how"] = f"its command line and environment cannot be read ({exc.strerror})"
             continue
         entry["node"] = slurmd_argv(argv)[0].get("N") or None
-        conf, how = slurmd_resolves(argv, env, _build_default_conf(pid), os.path.exists)
+        conf, how = slurmd_resolves(argv, env, _build_default_conf(pid),
+                                    lambda path, root=f"/proc/{pid}/root": os.path.exists(root + path))
         if how == "unknown":
             entry["how"] = ("it was started with neither -f nor SLURM_CONF, and its build's default slurm.conf "
                             "cannot be read from the libslurm it runs")
@@ -697,8 +698,30 @@ def _slurmds_confs(settings=None):
             if cache is None and settings is not None:
                 cache = os.path.join(settings["slurmd_spool_dir"], "conf-cache", "slurm.conf")
             conf = cache if cache and os.path.exists(cache) else None
-        entry["conf"], entry["how"] = conf, how
+        entry["conf"], entry["how"] = _as_slurmd_sees_it(pid, conf), how
     return out
+
+
+def _as_slurmd_sees_it(pid, conf):
+    """CONF as slurmd PID opens it: the same path here, unless slurmd runs
+    in another mount namespace where that path is another file (a node's
+    slurmd in a container, a verify run in a namespace of its own): then
+    the file through slurmd's own root, /proc/PID/root/..."""
+    if conf is None:
+        return None
+    try:
+        if os.stat("/proc/self/ns/mnt").st_ino == os.stat(f"/proc/{pid}/ns/mnt").st_ino:
+            return conf
+    except OSError:
+        return conf
+    theirs = f"/proc/{pid}/root{conf}"
+    try:
+        mine, seen = os.stat(conf), os.stat(theirs)
+        if (mine.st_dev, mine.st_ino) == (seen.st_dev, seen.st_ino):
+            return conf
+    except OSError:
+        pass
+    return theirs
 
 
 def _slurm_confs(settings, also=(), running=True):
@@ -884,6 +907,52 @@ _HOW = {"-f": "its -f", "SLURM_CONF": "SLURM_CONF in its environment", "default"
         "controller's"}
 
 
+def _started(pid):
+    """When process PID started (an epoch), from /proc (the fields after
+    its name's last ') '), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            ticks = int(handle.read(4096).rsplit(b") ", 1)[1].split()[19])
+        with open("/proc/stat", "rb") as handle:
+            boot = next(int(line.split()[1]) for line in handle.read(1 << 16).splitlines()
+                        if line.startswith(b"btime "))
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _changed_since_start(conf, how, pid):
+    """A note when slurmd PID's own slurm.conf CONF (not a configless cache,
+    which slurmd writes itself) was created or changed after slurmd
+    started: what it runs with is what it read then (a default made since
+    it started configless is not what it reads at all), until it is
+    restarted or reconfigured. None otherwise."""
+    if pid is None or how in ("configless", "reconf-cache"):
+        return None
+    started = _started(pid)
+    try:
+        changed = os.stat(conf).st_ctime
+    except OSError:
+        return None
+    if started is None or changed <= started + 1:
+        return None
+    return (f"{conf} was created or changed at {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(changed))}, after "
+            f"slurmd {pid} started at {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(started))}: slurmd runs "
+            "with what it read when it started (configless, if this file was not there then) until it is "
+            "restarted or reconfigured (scontrol reconfigure)")
+
+
+def _file_id(path):
+    """The file PATH is (its device and inode; a path that names nothing,
+    its real path): two paths of one file, through symlinks or another
+    mount namespace's root, are one."""
+    try:
+        st = os.stat(path)
+        return st.st_dev, st.st_ino
+    except OSError:
+        return os.path.realpath(path)
+
+
 def _judged_confs(settings):
     """([(slurm.conf, {key: last value}, how)] verify judges, problems,
     notes): the slurm.conf each running slurmd reads, as it resolves it
@@ -901,9 +970,9 @@ def _judged_confs(settings):
                             else "runs configless, and no cache of the controller's slurm.conf is here "
                             "(/run/slurm/conf, slurmd_spool_dir/conf-cache): Epilog= cannot be checked"))
             continue
-        if os.path.realpath(conf) in seen:
+        if _file_id(conf) in seen:
             continue
-        seen.add(os.path.realpath(conf))
+        seen.add(_file_id(conf))
         judged.append((conf, how, pid))
     if not slurmds:
         confs = [(path, how) for path, how in _slurm_confs(settings, running=False)]
@@ -912,7 +981,7 @@ def _judged_confs(settings):
                             "cache), and no slurmd runs: Epilog= cannot be checked")
         else:
             path, how = confs[0]
-            seen.add(os.path.realpath(path))
+            seen.add(_file_id(path))
             judged.append((path, how, None))
             notes.append(f"no slurmd runs here: judged {path} (found as {how}), which no running slurmd confirmed")
     out = []
@@ -929,9 +998,12 @@ def _judged_confs(settings):
         wiring.add((found.get("epilog"), found.get("prolog")))
         if pid is not None:
             notes.append(f"slurmd {pid} reads {conf} ({_HOW.get(how, how)}): judged")
+            late = _changed_since_start(conf, how, pid)
+            if late:
+                notes.append(late)
         out.append((conf, found, how))
     for path, how in _slurm_confs(settings, running=False):
-        if os.path.realpath(path) in seen or not judged:
+        if _file_id(path) in seen or not judged:
             continue
         values, _, _ = parse_slurm_conf(path)
         other = ((values.get("epilog") or [None])[-1], (values.get("prolog") or [None])[-1])
@@ -1544,13 +1616,24 @@ def _slurmd_view(settings):
     slurmd would give a job end, its own node name and slurm.conf (a
     configless node's cache when it was started with neither)."""
     env = {"SLURMD_NODENAME": __grains__.get("host", socket.gethostname().split(".")[0])}  # noqa: F821
-    for entry in _slurmds_confs(settings):
-        if entry["conf"] is None:
-            continue
+    found = [entry for entry in _slurmds_confs(settings) if entry["conf"] is not None]
+    # of several slurmds (another cluster's beside this one), the one whose
+    # spool is the chain's (epilog:slurmd_spool_dir: its evidence is there)
+    spool = os.path.normpath(settings["slurmd_spool_dir"])
+    for entry in sorted(found, key=lambda entry: _conf_spool(entry["conf"]) != spool):
         env["SLURM_CONF"] = entry["conf"]
         env["SLURMD_NODENAME"] = entry["node"] or env["SLURMD_NODENAME"]
         return env, entry["pid"]
     return env, 0
+
+
+def _conf_spool(conf):
+    """The SlurmdSpoolDir slurm.conf CONF gives (Slurm's default when it
+    gives none), or None when it cannot be read."""
+    values, _, problems = parse_slurm_conf(conf)
+    if problems and not values:
+        return None
+    return os.path.normpath((values.get("slurmdspooldir") or ["/var/spool/slurmd"])[-1])
 
 
 def _current_release(chain):

@@ -155,7 +155,15 @@ class Node:
         return ret
 
     def run(self, fun, *args, **kwargs):
-        """epilog.FUN's return, in-process."""
+        """epilog.FUN's return, in-process. verify runs as on a node of its
+        own with no slurmd running: in a fork of this process in a pid
+        namespace of its own (no slurmd of the machine's is in sight) and a
+        mount namespace with an empty /etc/slurm (nor its slurm.conf), so it
+        judges this node's slurm.conf whatever the machine runs."""
+        if fun == "verify":
+            from tests.helpers import in_namespaces  # pylint: disable=import-outside-toplevel
+
+            return in_namespaces(lambda: self.minion(f"epilog.{fun}", *args, **kwargs), fresh=("/etc/slurm",))
         return self.minion(f"epilog.{fun}", *args, **kwargs)
 
     def call(self, *args, prefix=(), pillar=None):

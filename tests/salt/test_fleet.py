@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,10 +22,12 @@ from tests.helpers import (
     LAYOUT,
     RELEASES,
     REPO,
+    as_user,
     end,
     epilog_pillar,
     killed,
     live_spool,
+    mount_namespace,
     require_root,
     slurmd_env,
     stray,
@@ -35,8 +38,8 @@ TIMINGS = {}
 
 
 class Fleet:
-    def __init__(self, master, minions, base):
-        self.master, self.minions, self.base = master, minions, base
+    def __init__(self, master, minions, base, ns):
+        self.master, self.minions, self.base, self.ns = master, minions, base, ns
         self.cli = master.salt_cli(timeout=600)
         self.run_cli = master.salt_run_cli(timeout=900)
 
@@ -95,22 +98,32 @@ def fleet(salt_factories, accounts):
             "pytest-master": {"log": {"disabled": True}},
         },
     )
-    minions = [master.salt_minion_daemon(minion, overrides={"pytest-minion": {"log": {"disabled": True}}})
-               for minion in MINIONS]
-    f = Fleet(master, minions, base)
-    for minion in MINIONS:
-        live_spool(base / minion / "spool")
-        f.write_pillar(minion)
-    with master.started(start_timeout=120), contextlib.ExitStack() as stack:
+    # The nodes: their minions run in a pid namespace of their own, with an
+    # empty /etc/slurm (a mount namespace), as on nodes whose slurmd is not
+    # running: a slurmd or slurm.conf of the machine's own is none of theirs
+    # (verify would judge it). Processes the minions must see start in it too.
+    with mount_namespace(fresh=("/etc/slurm",), pid=True) as ns:
+        python = base / "python-in-the-nodes-namespaces"
+        python.write_text("#!/bin/sh\nexec " + " ".join(ns) + f' {sys.executable} "$@"\n')
+        python.chmod(0o755)
+        minions = [master.salt_minion_daemon(minion, overrides={"pytest-minion": {"log": {"disabled": True}}})
+                   for minion in MINIONS]
         for minion in minions:
-            stack.enter_context(minion.started(start_timeout=120))
-        # the master, its CLIs and the minions all run the Salt of this run
-        version = salt.version.__version__
-        ret = f.run("test.version")
-        assert ret.returncode == 0 and ret.data == {minion: version for minion in MINIONS}, ret
-        ret = f.run_cli.run("salt.cmd", "test.version")
-        assert ret.returncode == 0 and (ret.data or ret.stdout.strip().strip('"')) == version, ret
-        yield f
+            minion.python_executable = str(python)  # the script salt-factories runs, run in the namespaces
+        f = Fleet(master, minions, base, ns)
+        for minion in MINIONS:
+            live_spool(base / minion / "spool")
+            f.write_pillar(minion)
+        with master.started(start_timeout=120), contextlib.ExitStack() as stack:
+            for minion in minions:
+                stack.enter_context(minion.started(start_timeout=120))
+            # the master, its CLIs and the minions all run the Salt of this run
+            version = salt.version.__version__
+            ret = f.run("test.version")
+            assert ret.returncode == 0 and ret.data == {minion: version for minion in MINIONS}, ret
+            ret = f.run_cli.run("salt.cmd", "test.version")
+            assert ret.returncode == 0 and (ret.data or ret.stdout.strip().strip('"')) == version, ret
+            yield f
     if os.environ.get("EPILOG_FLEET_TIMINGS"):
         Path(os.environ["EPILOG_FLEET_TIMINGS"]).write_text(json.dumps(TIMINGS))
     shutil.rmtree(base, ignore_errors=True)
@@ -308,19 +321,27 @@ def test_10_one_report_from_the_master_answers_for_every_node(fleet, tmp_path):
     assert one.returncode == 0 and [r["user"] for r in one.data["records"]] == ["je.kim"], one
 
 
+def stray_on_the_nodes(fleet, user):
+    """A stray of USER in the nodes' namespaces: (its process here, its pid
+    there, which the minions see)."""
+    proc = subprocess.Popen([*fleet.ns, *as_user(user), "sh", "-c", "echo $$; exec sleep 600"], stdout=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    return proc, int(proc.stdout.readline())
+
+
 def test_11_strays_answer_from_every_node_and_the_report_counts_them(fleet):
     """The fleet view: epilog.strays on every node at once names alice's
     stray (no job on any node) and leaves out je.kim (listed); test=True
     kills nothing; kill=True on one node kills it there with the chain's
     own kill, and epilog.report counts the looks per node."""
-    proc, operator = stray("alice"), stray("je.kim")
+    (proc, pid), (operator, _) = stray_on_the_nodes(fleet, "alice"), stray_on_the_nodes(fleet, "je.kim")
     try:
         ret = fleet.run("epilog.strays", "kill=True", "test=True")
         assert ret.returncode == 0 and sorted(ret.data) == MINIONS, ret
         for minion in MINIONS:
             users = {entry["user"]: entry for entry in ret.data[minion]["users"]}
             assert users["alice"]["answer"] == "stray" and users["alice"]["kill"] == "would kill", ret.data[minion]
-            assert any(p["pid"] == proc.pid for p in users["alice"]["strays"]), users["alice"]
+            assert any(p["pid"] == pid for p in users["alice"]["strays"]), users["alice"]
             assert "je.kim" not in users, ret.data[minion]
         assert proc.poll() is None
         assert fleet.run("epilog.strays").returncode == 0

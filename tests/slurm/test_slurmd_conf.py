@@ -49,12 +49,16 @@ def test_verify_judges_the_running_slurmds_slurm_conf(munge, accounts, salt_fact
         assert {"file": str(read), "how": {"env": "SLURM_CONF", "-f": "-f", "configless": "configless"}[conf_via]} \
             in report["slurm_conf"], report
         assert any("/etc/slurm/slurm.conf" in n and "stale" in n for n in report["notes"]), report["notes"]
+        assert not [n for n in report["notes"] if str(read) in n and "after slurmd" in n], report["notes"]
         # slurmd's file has no Epilog=, the stale one wires the chain: no false pass
         read.write_text("\n".join(line for line in wired.splitlines() if not line.startswith("Epilog=")) + "\n")
         try:
             report = verify(wired)
             assert any(p.startswith(f"{read} has no Epilog=") for p in report["problems"]), report["problems"]
             assert report["result"] is False
+            # slurmd read its own file before this change (a configless cache is slurmd's own to write)
+            late = [n for n in report["notes"] if n.startswith(f"{read} was created or changed at")]
+            assert bool(late) == (conf_via != "configless"), report["notes"]
         finally:
             read.write_text(wired)
 

@@ -2,10 +2,15 @@
 _establish_configuration resolves it from its own command line and
 environment: a table of what sites run (a build under a prefix, a unit that
 sets SLURM_CONF, -f, configless with --conf-server or with no local file,
-24.11's re-exec on reconfigure). Pure: no slurmd, no root."""
+24.11's re-exec on reconfigure). No slurmd; the last test needs root (a
+mount namespace of its own)."""
+import os
+import subprocess
+import time
+
 import pytest
 
-from tests.helpers import REPO, load_file
+from tests.helpers import REPO, load_file, mount_namespace
 
 epilog = load_file(REPO / "_modules/epilog.py", "epilog_module_slurmd_conf")
 
@@ -50,3 +55,54 @@ def test_a_build_default_that_cannot_be_read_is_unknown_not_configless():
         "end-of-options", "option-arguments-taken"])
 def test_slurmds_command_line_is_read_as_its_getopt_reads_it(argv, short, long_):
     assert epilog.slurmd_argv(argv) == (short, long_)
+
+
+def test_the_slurmd_of_the_chains_spool_is_told_by_its_slurm_conf(tmp_path):
+    """Of several slurmds, the strays and explain view takes the one whose
+    SlurmdSpoolDir is epilog:slurmd_spool_dir: the last value, Slurm's
+    default when none is given, None when the file cannot be read."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("SlurmdSpoolDir=/var/spool/a/\nslurmdspooldir = /var/spool/b\n")
+    assert epilog._conf_spool(str(conf)) == "/var/spool/b"
+    conf.write_text("ClusterName=x\n")
+    assert epilog._conf_spool(str(conf)) == "/var/spool/slurmd"
+    assert epilog._conf_spool(str(tmp_path / "none")) is None
+
+
+def test_a_slurm_conf_changed_after_slurmd_started_is_a_note(tmp_path):
+    """This process stands for slurmd: a file written now is newer than it;
+    a configless cache (slurmd's own to write) never is a note."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("Epilog=/x\n")
+    late = epilog._changed_since_start(str(conf), "-f", os.getpid())
+    assert late and late.startswith(f"{conf} was created or changed at") and "scontrol reconfigure" in late
+    assert epilog._changed_since_start(str(conf), "configless", os.getpid()) is None
+    assert epilog._changed_since_start(str(conf), "-f", None) is None
+    old = time.time() - 10 * 365 * 86400
+    os.utime(conf, (old, old))  # the ctime moves all the same: still after
+    assert epilog._changed_since_start(str(conf), "default", os.getpid())
+
+
+def test_one_file_by_two_paths_is_one_and_slurmds_own_view_counts(tmp_path):
+    """A symlink and its target are one file; in this process's own mount
+    namespace a path is read as it is."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("x\n")
+    (tmp_path / "link.conf").symlink_to(conf)
+    assert epilog._file_id(str(tmp_path / "link.conf")) == epilog._file_id(str(conf))
+    assert epilog._file_id(str(tmp_path / "none")) == str(tmp_path / "none")
+    assert epilog._as_slurmd_sees_it(os.getpid(), str(conf)) == str(conf)
+    assert epilog._as_slurmd_sees_it(os.getpid(), None) is None
+
+
+def test_a_slurmd_in_another_mount_namespace_is_read_through_its_root(tmp_path):
+    """A process in a mount namespace where /etc/slurm is another
+    directory: its /etc/slurm/slurm.conf is read through /proc/PID/root; a
+    file it shares with this one keeps its path."""
+    with mount_namespace(fresh=("/etc/slurm",)) as ns:
+        holder = int(ns[1].split("=", 1)[1])
+        subprocess.run([*ns, "sh", "-c", "echo Epilog=/theirs > /etc/slurm/slurm.conf"], check=True)
+        assert epilog._as_slurmd_sees_it(holder, "/etc/slurm/slurm.conf") == f"/proc/{holder}/root/etc/slurm/slurm.conf"
+        shared = tmp_path / "shared.conf"
+        shared.write_text("x\n")
+        assert epilog._as_slurmd_sees_it(holder, str(shared)) == str(shared)
