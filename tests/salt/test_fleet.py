@@ -324,8 +324,10 @@ def test_10_one_report_from_the_master_answers_for_every_node(fleet, tmp_path):
 def stray_on_the_nodes(fleet, user):
     """A stray of USER in the nodes' namespaces: (its process here, its pid
     there, which the minions see)."""
-    proc = subprocess.Popen([*fleet.ns, *as_user(user), "sh", "-c", "echo $$; exec sleep 600"], stdout=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    # (--pdeathsig: it dies with nsenter, which end() kills)
+    proc = subprocess.Popen([*fleet.ns, *as_user(user)[:1], "--pdeathsig=KILL", *as_user(user)[1:], "sh", "-c",
+                             "echo $$; exec sleep 600"], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
     return proc, int(proc.stdout.readline())
 
 

@@ -90,7 +90,9 @@ def decide(kind, row, uid, live, spared, last_pids=()):
                        reason, uid, row.get("nsems", 0))
 
     if owner != uid and spared(owner):
-        return verdict("keep", "owned by another account (uid %d) that is never acted for" % owner)
+        # (no uid in the reason: the record counts reasons, and a user could
+        # give objects to thousands of uids)
+        return verdict("keep", "owned by another account that is never acted for")
     if kind == "shm":
         if row.get("nattch", 1) != 0:
             return verdict("keep", "attached")
@@ -114,12 +116,16 @@ def read_rows(kind, uid=None):
 
 
 def holders(read=read_rows):
-    """The uids that own or created a System V IPC object here (between
-    jobs: whose objects to judge, processes or not)."""
+    """The uids that created a System V IPC object here (between jobs:
+    whose objects to judge, processes or not). The creator, not the owner:
+    a creator may give an object to any uid (IPC_SET), and thousands of
+    objects given to thousands of uids would each cost a look; an object
+    given away is still judged with its creator's."""
     out = set()
     for kind in KINDS:
         for row in read(kind):
-            out.update(row[key] for key in ("uid", "cuid") if isinstance(row.get(key), int))
+            if isinstance(row.get("cuid"), int):
+                out.add(row["cuid"])
     return out
 
 

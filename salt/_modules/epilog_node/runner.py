@@ -415,8 +415,13 @@ class Run:
             if more and name in parts.ENDS_WORKER and self._spare is None:
                 # ready on another CPU by the time NAME is done (it is
                 # root's alone, in a group of its own: NAME's kill, sent
-                # as the user, cannot reach it)
-                self._spare = self._start_worker(close, warm=True)
+                # as the user, cannot reach it); only a head start: a fork
+                # refused now (the user's processes still hold the node's
+                # pids or memory) leaves the next part to fork its own
+                try:
+                    self._spare = self._start_worker(close, warm=True)
+                except OSError:
+                    self._spare = None
             result = self._follow(name, deadline)
             if result is not None:
                 return result
@@ -518,7 +523,12 @@ class Run:
         command_read, command_write = os.pipe()
         reply_read, reply_write = os.pipe()
         self._groups = os.getgroups()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in (command_read, command_write, reply_read, reply_write):
+                os.close(fd)
+            raise
         if pid == 0:  # the worker
             code = 1
             try:

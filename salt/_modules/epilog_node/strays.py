@@ -178,7 +178,9 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0, i
     killed = 0
     ipc_counts = {"users": 0, "objects": 0, "bytes": 0, "removed": 0, "bytes_removed": 0}
     removed_ipc = {"removed": dict.fromkeys(("shm", "sem", "msg"), 0), "bytes": 0, "kept": {}, "left": 0}
-    for uid in sorted(holding if ipc_only else set(found) | holding):
+    # the accounts with processes first: those with objects alone after them
+    order = sorted(holding) if ipc_only else sorted(found) + sorted(holding - set(found))
+    for uid in order:
         procs = found.get(uid, [])
         if system_uid(uid, defs):
             counts["system"] += 1
@@ -212,19 +214,19 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0, i
                     ipc_counts["bytes"] += entry["ipc"]["bytes"]
                 if kill:
                     entry["kill"] = "would kill" if test else _kill(run_, uid, name, held, deadline,
-                                                                    processes=bool(procs) and not ipc_only,
-                                                                    objects=uid in holding)
+                                                                    processes=bool(procs) and not ipc_only)
                     held = None
                     if isinstance(entry["kill"], dict):
                         killed += entry["kill"]["signalled"]
                         _add_ipc(removed_ipc, entry["kill"].get("ipc"))
             elif answer == "unknown" and not test:
-                run_.log.warning("strays: uid %d (%s) not told: %s; left alone" % (uid, system.show(name), why))
+                run_.log.warning("strays: uid %d (%s) not told: %s; left alone" % (uid, system.show(name or "?"),
+                                                                                     why))
         except Exception as exc:  # noqa: BLE001 - one account's failure (a fork refused) is not the look's
             entry.update(answer="unknown", why="failed: %s: %s" % (type(exc).__name__, exc))
             counts["unknown"] += 1
             if not test:
-                run_.log.warning("strays: uid %d (%s): %s" % (uid, system.show(name), entry["why"]))
+                run_.log.warning("strays: uid %d (%s): %s" % (uid, system.show(name or "?"), entry["why"]))
         finally:
             if held is not None:
                 os.close(held[0])
@@ -315,10 +317,10 @@ def _add_ipc(total, fact):
     total["left"] += fact.get("left", 0)
 
 
-def _kill(run_, uid, name, held, deadline, processes=True, objects=True):
+def _kill(run_, uid, name, held, deadline, processes=True):
     """Parts 39 (unless the settings leave it out) and 40 for UID (unless
     not PROCESSES: an account that runs nothing here), each in a worker of
-    its own, then (OBJECTS: it holds some) its System V IPC objects, with
+    its own, then its System V IPC objects (those made meanwhile too), with
     the user's lock HELD ((descriptor, when taken), closed here)
     throughout, and never past the prolog's wait for it (as a job end's
     lastuserjob parts), nor DEADLINE. What 40 reported: outcome,
@@ -341,7 +343,7 @@ def _kill(run_, uid, name, held, deadline, processes=True, objects=True):
             done[part] = rc
         run_.stop_worker()
         # the System V IPC objects part 42 would remove at their last job end
-        if objects and run_.settings.get("ipc_cleanup", True) and time.monotonic() < until:
+        if run_.settings.get("ipc_cleanup", True) and time.monotonic() < until:
             from . import ipc  # pylint: disable=import-outside-toplevel
 
             facts["ipc"] = ipc.clean(uid, parts.spared_uids(run_.names["localusers"]), until)
