@@ -26,7 +26,7 @@ rules and nothing else:
   then, still under the lock, the user's System V IPC objects part 42
   would remove (epilog:ipc_cleanup). A stray's listing says what those
   would be;
-* an account that runs nothing here but owns or created System V IPC
+* an account that runs nothing here but created System V IPC
   objects (a crashed job's segments) is told the same way, with no
   processes: killed, it only has its objects removed. ipc_only (what
   epilog.sweep asks): only those accounts that hold objects, and, with
