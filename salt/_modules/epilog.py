@@ -270,8 +270,8 @@ def _between_jobs_ipc(settings, chain, test, remove, source):
     look that cannot be made says why, and the sweep goes on."""
     if not settings.get("ipc_cleanup", True):
         return "epilog:ipc_cleanup is off: IPC objects are neither looked at nor removed", None
-    uid_min, uid_max = _node.system.login_defs()
-    if not any(uid_min <= uid <= uid_max or uid > 65535 for uid in _node.ipc.holders()):
+    defs = _node.system.login_defs()
+    if all(_node.guard.system_uid(uid, defs) for uid in _node.ipc.holders()):
         return {"users": [], "counts": {"users": 0, "objects": 0, "bytes": 0, "removed": 0, "bytes_removed": 0}}, None
     try:
         found = _strays_program(settings, chain, {"kill": remove, "test": test, "source": source, "ipc_only": True})

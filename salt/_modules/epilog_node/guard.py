@@ -98,6 +98,15 @@ def listed_names(listing):
     return names
 
 
+def system_uid(uid, defs):
+    """Root or a system account, by the login.defs DEFS (UID_MIN, UID_MAX):
+    uid below UID_MIN, and UID_MAX < uid <= 65535 (Debian's static system
+    range, e.g. slurm 64030, and nobody 65534). Directory users above 65535
+    stay ordinary. The one rule of the guard, the strays and part 42's IPC."""
+    uid_min, uid_max = defs
+    return uid < uid_min or uid_max < uid <= 65535
+
+
 def decide(ident, user, listing, list_path, resolve_name, defs):
     """IDENT: identity()'s verdict; USER: the job's user name; LISTING: the
     list's bytes, or the OSError reading it failed with; LIST_PATH: its path
@@ -124,10 +133,7 @@ def decide(ident, user, listing, list_path, resolve_name, defs):
             return Verdict("spare", None, "uid %d is the uid of %s, listed in %s; doing nothing"
                            % (ident.uid, system.show(name), list_path), "info", "listed", False)
     uid_min, uid_max = defs
-    # System accounts: uid below UID_MIN, and UID_MAX < uid <= 65535 (Debian's
-    # static system range, e.g. slurm 64030, and nobody 65534). Directory
-    # users above 65535 stay ordinary.
-    if ident.uid < uid_min or uid_max < ident.uid <= 65535:
+    if system_uid(ident.uid, defs):
         return Verdict("spare", None, "not listed, but uid %d is root or a system account (UID_MIN=%d, UID_MAX=%d); "
                        "doing nothing" % (ident.uid, uid_min, uid_max), "info", "not listed", True)
     return Verdict("act", ident.uid, "not listed in %s; acting for uid %d" % (list_path, ident.uid), "info",

@@ -219,7 +219,7 @@ def remove(verdict, live=None, nsems=0):
         pids = now["pids"] if verdict.kind == "msg" else sem_pids(verdict.id, nsems)
         if pids is None:
             return False, "its semaphores' last users cannot be told"
-        if any(pid > 0 and live(pid) not in (None, verdict_uid(verdict)) for pid in pids):
+        if any(pid > 0 and live(pid) not in (None, verdict.job_uid) for pid in pids):
             return False, "used by a live process of another uid since it was judged"
     if verdict.kind == "shm":
         rc = libc.shmctl(ctypes.c_int(verdict.id), ctypes.c_int(IPC_RMID), None)
@@ -230,11 +230,6 @@ def remove(verdict, live=None, nsems=0):
     if rc != 0:
         return False, os.strerror(ctypes.get_errno())
     return True, ""
-
-
-def verdict_uid(verdict):
-    """The job's uid a verdict was made for: its owner or its creator."""
-    return verdict.job_uid
 
 
 def _signed(key):

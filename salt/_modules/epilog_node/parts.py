@@ -650,7 +650,7 @@ def spared_uids(localusers):
     resolve."""
     from . import guard  # pylint: disable=import-outside-toplevel
 
-    uid_min, uid_max = system.login_defs()
+    defs = system.login_defs()
     operators = set()
     listing = guard.read_list(localusers)
     if isinstance(listing, Exception):
@@ -660,7 +660,7 @@ def spared_uids(localusers):
         if found is None:
             return lambda owner: True  # a listed name that does not resolve may be at any uid
         operators.add(found)
-    return lambda owner: owner < uid_min or uid_max < owner <= 65535 or owner in operators
+    return lambda owner: guard.system_uid(owner, defs) or owner in operators
 
 
 def clean_ipc(ctx, uid):

@@ -72,11 +72,8 @@ def judge(ident, verdict, other):
     return "unknown", other.why
 
 
-def system_uid(uid, defs):
-    """A uid the guard calls root or a system account (its rule, without a
-    lookup): below UID_MIN, or above UID_MAX up to 65535."""
-    uid_min, uid_max = defs
-    return uid < uid_min or uid_max < uid <= 65535
+# a uid the guard calls root or a system account (its rule, without a lookup)
+system_uid = guard.system_uid
 
 
 def age_of(stat_text, boot, ticks, now):
