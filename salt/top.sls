@@ -1,3 +1,0 @@
-base:
-  'slurm-work-*':
-    - epilog
