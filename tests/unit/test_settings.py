@@ -20,6 +20,7 @@ import salt.exceptions  # noqa: E402
 
 RULES = yaml.safe_load((REPO / "salt/epilog/rules.yaml").read_text())
 DEFAULTS = yaml.safe_load((REPO / "salt/epilog/defaults.yaml").read_text())["epilog"]
+OSFAMILYMAP = yaml.safe_load((REPO / "salt/epilog/osfamilymap.yaml").read_text())
 
 
 def render(tmp_path, pillar, os_family="Debian", validate=True):
@@ -169,8 +170,22 @@ def test_the_account_rule(name, ok):
 
 
 def test_pillar_example_lists_every_setting_at_its_default():
+    """Every setting but those whose default is per os_family: those are
+    comments, so that the file as copied keeps each family's own."""
     example = yaml.safe_load((REPO / "pillar.example").read_text())["epilog"]
-    assert example == DEFAULTS
+    per_family = {key for family in OSFAMILYMAP.values() for key in family}
+    assert example == {key: value for key, value in DEFAULTS.items() if key not in per_family}
+    for key in per_family & set(DEFAULTS):
+        assert f"  # {key}: {DEFAULTS[key]}\n" in (REPO / "pillar.example").read_text(), key
+
+
+@pytest.mark.parametrize("os_family", sorted(OSFAMILYMAP))
+def test_pillar_example_as_copied_keeps_each_familys_own_values(tmp_path, os_family):
+    """Copied as it is, on any family, it is valid and sets nothing of what
+    that family's osfamilymap.yaml entry holds (pam_slurm_adopt's path)."""
+    example = yaml.safe_load((REPO / "pillar.example").read_text())
+    settings = merged(tmp_path, example, os_family)
+    assert {key: settings[key] for key in OSFAMILYMAP[os_family]} == OSFAMILYMAP[os_family]
 
 
 def test_the_changelogs_latest_version_is_formulas():
