@@ -11,7 +11,15 @@
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import epilog, path_pattern, dots_pattern with context %}
 {%- import_yaml tplroot ~ "/layout.yaml" as layout %}
-{%- set confdir = salt['pillar.get']('epilog_clean:slurm_config_dir', epilog.slurm_config_dir) %}
+{%- import_yaml tplroot ~ "/defaults.yaml" as defaults %}
+{%- from tplroot ~ "/strict.jinja" import refuse_unknown %}
+{#- epilog_clean's keys are defaults.yaml's epilog_clean: any other is
+    refused, naming the nearest (a misspelt slurm_config_dir must not pass
+    for the pillar's own directory) #}
+{%- set given = salt['pillar.get']('epilog_clean', {}) %}
+{{- refuse_unknown('epilog_clean:', given, defaults.epilog_clean, 'epilog.clean') }}
+{%- set clean = salt['slsutil.merge'](defaults.epilog_clean, given or {}) %}
+{%- set confdir = epilog.slurm_config_dir if clean.slurm_config_dir is none else clean.slurm_config_dir %}
 {%- if confdir is not string or not confdir | regex_match(path_pattern) or confdir | regex_search(dots_pattern) %}
 {{-   raise('epilog_clean:slurm_config_dir (%r) must be an absolute path of letters, digits and . _ + @ - without . or .. components' | format(confdir)) }}
 {%- elif layout.releases.dir in confdir.split('/') %}

@@ -6,7 +6,7 @@
       salt-run state.orchestrate epilog.rollout pillar='{"epilog_rollout": {"target": "slurm-work-*"}}' test=True  # noqa: 206
       salt-run state.orchestrate epilog.rollout pillar='{"epilog_rollout": {"target": "slurm-work-*", "batch": "25%"}}'  # noqa: 206
 
-    epilog_rollout (pillar or CLI):
+    epilog_rollout (pillar or CLI; the defaults are defaults.yaml's):
       target    the minions (required)
       tgt_type  glob (default), list, pcre, grain, compound, nodegroup, ...
       batch     nodes per batch after the canary: a whole number, or 'N%' of
@@ -25,27 +25,29 @@
       never switched), and no later batch starts: they stay on their old
       release. test=True previews it all: every node's state.apply test=True
       and the batches, without the checkpoints' or rollbacks' effects. #}
-{%- set rollout = salt['pillar.get']('epilog_rollout', {}) %}
-{%- if rollout is not mapping %}
-{{-   raise('epilog_rollout must be a mapping (target, tgt_type, batch, canary, name), got: %r' | format(rollout)) }}
-{%- endif %}
-{%- for key in rollout if key not in ['target', 'tgt_type', 'batch', 'canary', 'name'] %}
-{{-   raise('epilog_rollout:%s is not a setting of the rollout (target, tgt_type, batch, canary, name)' | format(key)) }}
-{%- endfor %}
-{%- set target = rollout.get('target') %}
+{%- set tplroot = tpldir.split('/')[0] %}
+{%- import_yaml tplroot ~ "/defaults.yaml" as defaults %}
+{%- from tplroot ~ "/strict.jinja" import refuse_unknown %}
+{#- epilog_rollout's keys are defaults.yaml's epilog_rollout: any other is
+    refused, naming the nearest (a batch size under `bacth` must not pass
+    for the default) #}
+{%- set given = salt['pillar.get']('epilog_rollout', {}) %}
+{{- refuse_unknown('epilog_rollout:', given, defaults.epilog_rollout, 'epilog.rollout') }}
+{%- set rollout = salt['slsutil.merge'](defaults.epilog_rollout, given or {}) %}
+{%- set target = rollout.target %}
 {%- if target is not string or target | trim == '' %}
 {{-   raise('epilog_rollout:target (%r) is required: the minions to roll out to, e.g. slurm-work-*' | format(target)) }}
 {%- endif %}
-{%- set tgt_type = rollout.get('tgt_type', 'glob') %}
+{%- set tgt_type = rollout.tgt_type %}
 {%- if tgt_type not in ['glob', 'pcre', 'list', 'grain', 'grain_pcre', 'pillar', 'pillar_pcre', 'nodegroup', 'range', 'compound', 'ipcidr'] %}
 {{-   raise('epilog_rollout:tgt_type (%r) is not a Salt target type (glob, pcre, list, grain, compound, nodegroup, ...)' | format(tgt_type)) }}
 {%- endif %}
-{%- set batch = rollout.get('batch', 1) %}
+{%- set batch = rollout.batch %}
 {%- set percent = batch is string and batch | regex_match('([1-9][0-9]?|100)%') %}
 {%- if not percent and (batch is not integer or batch is sameas true or batch is sameas false or batch < 1) %}
 {{-   raise('epilog_rollout:batch (%r) must be a whole number of nodes (1 or more) or a percentage such as 25%%' | format(batch)) }}
 {%- endif %}
-{%- set name = rollout.get('name') or 'rollout-' ~ salt['status.time']('%Y%m%dT%H%M%S') ~ '-' ~ salt['test.random_hash'](size=6)[:6] %}
+{%- set name = rollout.name or 'rollout-' ~ salt['status.time']('%Y%m%dT%H%M%S') ~ '-' ~ salt['test.random_hash'](size=6)[:6] %}
 {%- if name is not string or not name | regex_match('([A-Za-z][A-Za-z0-9._-]{0,63})\\Z') %}
 {{-   raise('epilog_rollout:name (%r) must be a letter, then up to 63 letters, digits and . _ -' | format(name)) }}
 {%- endif %}
@@ -56,7 +58,7 @@
 {%- if not up %}
 {{-   raise('epilog_rollout:target %r (%s) matches no responding minion (down: %s)' | format(target, tgt_type, down | join(', ') or 'none')) }}
 {%- endif %}
-{%- set canary = rollout.get('canary', up[0]) %}
+{%- set canary = up[0] if rollout.canary is none else rollout.canary %}
 {%- if canary not in up %}
 {{-   raise('epilog_rollout:canary (%r) is not a responding minion of the target (%s)' | format(canary, up | join(', '))) }}
 {%- endif %}

@@ -23,18 +23,18 @@ DEFAULTS = yaml.safe_load((REPO / "salt/epilog/defaults.yaml").read_text())["epi
 OSFAMILYMAP = yaml.safe_load((REPO / "salt/epilog/osfamilymap.yaml").read_text())
 
 
-def render(tmp_path, pillar, os_family="Debian", validate=True):
+def render(tmp_path, pillar, os_family="Debian", validate=True, root=REPO / "salt"):
     """settings.jinja's JSON for PILLAR on a node of OS_FAMILY."""
-    text = render_text(tmp_path, (REPO / "salt/epilog/settings.jinja").read_text(), pillar, os_family, validate)
+    text = render_text(tmp_path, (root / "epilog/settings.jinja").read_text(), pillar, os_family, validate, root=root)
     return yaml.safe_load(text)
 
 
-def render_text(tmp_path, template, pillar, os_family="Debian", validate=True, **more):
+def render_text(tmp_path, template, pillar, os_family="Debian", validate=True, root=REPO / "salt", **more):
     """TEMPLATE rendered by Salt's Jinja as the formula's files are (the
-    formula's tree as salt://, PILLAR and the grains as data, MORE in the
-    context)."""
+    formula's tree, ROOT, as salt://, PILLAR and the grains as data, MORE in
+    the context)."""
     opts = copy.deepcopy(salt.config.DEFAULT_MINION_OPTS)
-    opts.update({"file_roots": {"base": [str(REPO / "salt")]}, "file_client": "local", "cachedir": str(tmp_path)})
+    opts.update({"file_roots": {"base": [str(root)]}, "file_client": "local", "cachedir": str(tmp_path)})
 
     def pillar_get(key, default=None):
         here = pillar
@@ -147,8 +147,10 @@ def test_metrics_are_optional_and_a_path_when_set(tmp_path, metrics_file):
 
 def test_the_recovery_operations_get_the_merge_without_the_checks(tmp_path):
     """rollback and checkpoint (validate=False) must work under the pillar
-    that broke a deploy: the same merge, no refusal."""
-    out = render(tmp_path, {"epilog": {"localusers": ["bad user"], "part_timeout": 0, "slurm_config_dir": "/x/"}},
+    that broke a deploy: the same merge, no refusal, not even of a key the
+    formula does not know."""
+    out = render(tmp_path, {"epilog": {"localusers": ["bad user"], "part_timeout": 0, "slurm_config_dir": "/x/",
+                                       "localuser": ["je.kim"], "lookup": {"pkg": []}}},
                  validate=False)["settings"]
     assert out["localusers"] == ["bad user"] and out["part_timeout"] == 0 and out["slurm_config_dir"] == "/x"
 

@@ -181,7 +181,8 @@ def test_the_schedule_is_two_entries_of_the_minions_or_none(tmp_path):
     ({"interval": 600, "splay": 601}, "epilog:schedule:splay (601) must be a whole number of seconds from 0 to"),
     ({"interval": 600, "splay": -1}, "epilog:schedule:splay (-1)"),
     ({"interval": 600, "kill_strays": "yes"}, "epilog:schedule:kill_strays ('yes') must be true or false"),
-    ({"interval": 600, "kil_strays": True}, "epilog:schedule:kil_strays is not a setting of the schedule"),
+    ({"interval": 600, "kil_strays": True}, "epilog:schedule:kil_strays is not a setting of the epilog formula; "
+                                            "did you mean epilog:schedule:kill_strays?"),
 ])
 def test_a_bad_schedule_names_its_entry(tmp_path, schedule, message):
     import salt.exceptions  # pylint: disable=import-outside-toplevel

@@ -1,0 +1,61 @@
+"""A pillar key the formula does not know, in-process: the state fails,
+naming the key and the nearest known one, before any state runs, so
+nothing is laid down or removed; epilog.verify fails with the same message;
+and a rollback still works under that pillar. The nearest match itself is
+tested in the unit tier (tests/unit/test_unknown_keys.py)."""
+import pytest
+from salt.exceptions import CommandExecutionError
+
+TYPOS = [
+    ("epilog", "epilog", {"localuser": ["root", "je.kim"]},
+     "epilog:localuser is not a setting of the epilog formula; did you mean epilog:localusers?"),
+    ("epilog-lookup", "epilog", {"lookup": {"pkg": ["python3"]}},
+     "epilog:lookup:pkg is not a setting of the epilog formula; did you mean epilog:lookup:pkgs?"),
+    ("epilog-schedule", "epilog", {"schedule": {"interval": 600, "kill_stray": True}},
+     "epilog:schedule:kill_stray is not a setting of the epilog formula; did you mean epilog:schedule:kill_strays?"),
+    ("epilog_rollout", "epilog.rollout", {"epilog_rollout": {"target": "slurm-work-*", "bacth": 2}},
+     "epilog_rollout:bacth is not a setting of epilog.rollout; did you mean epilog_rollout:batch?"),
+    ("epilog_clean", "epilog.clean", {"epilog_clean": {"slurm_conf_dir": "/etc/slurm-old"}},
+     "epilog_clean:slurm_conf_dir is not a setting of epilog.clean; did you mean epilog_clean:slurm_config_dir?"),
+]
+
+
+@pytest.mark.parametrize("sls,typo,message", [case[1:] for case in TYPOS], ids=[case[0] for case in TYPOS])
+def test_an_unknown_key_fails_the_state_naming_it_and_the_nearest_and_nothing_is_done(node, sls, typo, message):
+    # what an apply would replace and a clean would remove, were either to run
+    node.conf_dir.mkdir()
+    (node.conf_dir / "epilog.sh").write_text("#!/bin/sh\nexit 0\n")
+    pillar = dict(node.pillar)
+    if sls == "epilog":
+        pillar["epilog"] = {**pillar["epilog"], **typo}
+    else:
+        pillar.update(typo)
+    ret = node.minion.apply(sls, pillar=pillar)
+    assert not ret.ok and not ret.states, ret
+    assert message in "\n".join(ret.errors), ret
+    assert [p.name for p in node.conf_dir.iterdir()] == ["epilog.sh"]
+    assert not (node.conf_dir / "epilog.sh").is_symlink()
+    assert (node.conf_dir / "epilog.sh").read_text() == "#!/bin/sh\nexit 0\n"
+
+
+def test_verify_fails_with_the_states_message_and_a_rollback_still_works(node):
+    """An unknown key must never block the way back: the recovery
+    operations skip the check, as they skip every other check of the
+    pillar."""
+    node.apply()
+    first = node.release.name
+    node.set_pillar(part_timeout=19)
+    node.apply()
+    second = node.release.name
+    assert second != first
+    node.set_pillar(part_timeout=19, localuser=["root", "je.kim"])
+    message = "epilog:localuser is not a setting of the epilog formula; did you mean epilog:localusers?"
+    before = node.snapshot()
+    ret = node.minion.apply()
+    assert not ret.ok and message in "\n".join(ret.errors), ret
+    assert node.snapshot() == before and node.release.name == second
+    with pytest.raises(CommandExecutionError) as caught:
+        node.run("verify")
+    assert str(caught.value) == f"the epilog settings do not render: {message}"
+    report = node.run("rollback")
+    assert report["result"] is True and node.release.name == first, report
