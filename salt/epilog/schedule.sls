@@ -1,15 +1,39 @@
 {#- Between jobs: the minion's scheduler runs the residue sweep and the
     strays look every epilog:schedule:interval seconds, put off by up to
     splay seconds each time, as Salt schedule entries of their own
-    (schedule.present: kept in the minion's _schedule.conf, so they outlive
-    a restart). kill_strays makes the strays run kill. Each run is a record
-    of its own (source: schedule) that epilog.report counts, and neither
-    acts for a user whose job end or prolog holds their lock. interval 0
-    (the default) removes the formula's entries, and touches no other.
+    (schedule.present: kept in the minion's minion.d/_schedule.conf, so they
+    outlive a restart). kill_strays makes the strays run kill. Each run is a
+    record of its own (source: schedule) that epilog.report counts, and
+    neither acts for a user whose job end or prolog holds their lock.
+    interval 0 (the default) removes the formula's entries, and touches no
+    other.
+    A running salt-minion of this configuration takes the entries over its
+    event bus: in its scheduler at once, and kept in _schedule.conf. With
+    none running (a node provisioned by salt-call, masterless or not, before
+    its minion starts), nothing would answer on that bus, so the entries are
+    written to _schedule.conf itself (Salt's offline mode), where the minion
+    reads them when it starts; their removal likewise. Running means what
+    salt-minion itself asks before it starts: its pidfile names a live
+    process (here: not a zombie, whose command line has no text; and one
+    that names a minion, so that a pid reused by another program does not
+    count).
       salt 'slurm-work-*' state.apply epilog.schedule test=True #}
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import epilog with context %}
 {%- set schedule = epilog.schedule %}
+{%- set pidfile = opts.get('pidfile') or '' %}
+{%- set pid = (salt['file.read'](pidfile) | trim) if pidfile and salt['file.file_exists'](pidfile) else '' %}
+{%- set cmdline = '/proc/' ~ pid ~ '/cmdline' %}
+{%- set running = pid.isdigit() and salt['file.file_exists'](cmdline) and 'minion' in salt['file.read'](cmdline) %}
+{%- set conf_dir = opts.get('conf_dir') or salt['file.dirname'](opts.get('conf_file') or '/etc/salt/minion') %}
+{%- set schedule_file = conf_dir ~ '/' ~ salt['file.dirname'](opts.get('default_include') or 'minion.d/*.conf')
+                        ~ '/_schedule.conf' %}
+{%- if running %}
+{%-   set where = "the running salt-minion's scheduler (pid " ~ pid ~ '), which keeps its entries in ' ~ schedule_file %}
+{%- else %}
+{%-   set where = schedule_file ~ ', which the minion reads when it starts (no salt-minion of this configuration '
+                  ~ 'runs: ' ~ pidfile ~ ' names none)' %}
+{%- endif %}
 {%- set sweep_entry = {'function': 'epilog.sweep', 'job_kwargs': {}} %}
 {%- set strays_entry = {'function': 'epilog.strays', 'job_kwargs': {'kill': schedule.kill_strays} } %}
 {%- set entries = {'epilog-sweep': sweep_entry, 'epilog-strays': strays_entry} %}
@@ -25,14 +49,31 @@ epilog-schedule-{{ name }}-present:
     - splay: {{ schedule.splay | int }}
     - maxrunning: 1
     - return_job: False
+    - offline: {{ not running }}
 {%-   endfor %}
+
+epilog-schedule-where-test-nop:
+  test.nop:
+    - name: {{ ("where the formula's schedule entries go: " ~ where) | json }}
 {%- else %}
-{%-   set held = opts.get('schedule') or {} %}
+{#-   what the removal acts on: the running minion's scheduler, or the file #}
+{%-   if running %}
+{%-     set held = opts.get('schedule') or {} %}
+{%-   else %}
+{%-     set held = salt['schedule.list'](show_all=True, return_yaml=False, offline=True) %}
+{%-   endif %}
 {%-   for name in entries | sort if name in held %}
 
 epilog-schedule-{{ name }}-absent:
   schedule.absent:
     - name: {{ name | json }}
+    - offline: {{ not running }}
+{%-     if loop.last %}
+
+epilog-schedule-where-test-nop:
+  test.nop:
+    - name: {{ ("where the formula's schedule entries are taken out: " ~ where) | json }}
+{%-     endif %}
 {%-   else %}
 
 epilog-schedule-test-nop:

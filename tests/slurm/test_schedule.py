@@ -84,8 +84,10 @@ def test_the_minions_scheduler_kills_a_stray_and_keeps_a_running_job(slurm, sche
         call.set_pillar(slurm.chain.pillar(localusers=["root", OPERATOR], schedule=schedule))
         ret = call("state.apply", "epilog.schedule")
         assert ret.returncode == 0 and all(s["result"] for s in states(ret).values()), ret
-        assert sorted(states(ret)) == ["epilog-schedule-epilog-strays-present",
-                                      "epilog-schedule-epilog-sweep-present"], ret
+        assert sorted(states(ret)) == ["epilog-schedule-epilog-strays-present", "epilog-schedule-epilog-sweep-present",
+                                      "epilog-schedule-where-test-nop"], ret
+        # the state runs in the minion, which takes the entries over its event bus
+        assert "the running salt-minion's scheduler" in states(ret)["epilog-schedule-where-test-nop"]["name"], ret
 
         def scheduled(stage):
             return [r for r in slurm.chain.records() if r["stage"] == stage and r.get("source") == "schedule"]
@@ -121,7 +123,9 @@ def test_the_minions_scheduler_kills_a_stray_and_keeps_a_running_job(slurm, sche
         call.set_pillar(slurm.chain.pillar(localusers=["root", OPERATOR]))
         ret = call("state.apply", "epilog.schedule")
         assert ret.returncode == 0 and sorted(states(ret)) == [
-            "epilog-schedule-epilog-strays-absent", "epilog-schedule-epilog-sweep-absent"], ret
+            "epilog-schedule-epilog-strays-absent", "epilog-schedule-epilog-sweep-absent",
+            "epilog-schedule-where-test-nop"], ret
+        assert "the running salt-minion's scheduler" in states(ret)["epilog-schedule-where-test-nop"]["name"], ret
         held = call("schedule.list", "show_all=True", "return_yaml=False")
         assert not {"epilog-sweep", "epilog-strays"} & set(held.data or {}), held
     finally:

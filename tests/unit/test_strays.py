@@ -6,6 +6,7 @@ through Salt's own Jinja). Pure: no root, no /proc of anybody's, no Salt
 loader. The real processes, accounts, locks and minion scheduler are
 tests/node/test_strays.py's and the slurm tier's."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -144,21 +145,48 @@ def test_a_look_between_jobs_adds_to_its_own_counters(tmp_path):
 
 
 def schedule_states(tmp_path, pillar, held=None):
+    """schedule.sls rendered where no minion runs (its pidfile is absent):
+    HELD is what its _schedule.conf holds, as schedule.list offline reads it."""
     import copy  # pylint: disable=import-outside-toplevel
+    import os  # pylint: disable=import-outside-toplevel
 
     import salt.config  # pylint: disable=import-outside-toplevel
+    import salt.utils.dictupdate  # pylint: disable=import-outside-toplevel
     import yaml  # pylint: disable=import-outside-toplevel
 
     template = (REPO / "salt/epilog/schedule.sls").read_text()
     opts = copy.deepcopy(salt.config.DEFAULT_MINION_OPTS)
     opts.update(file_roots={"base": [str(REPO / "salt")]}, file_client="local", cachedir=str(tmp_path),
-                schedule=held or {})
-    return yaml.safe_load(render_text(tmp_path, template, pillar, opts=opts))
+                pidfile=str(tmp_path / "minion.pid"), conf_file=str(tmp_path / "conf/minion"))
+
+    def pillar_get(key, default=None):
+        here = pillar
+        for part in key.split(":"):
+            if not isinstance(here, dict) or part not in here:
+                return default
+            here = here[part]
+        return here
+
+    def listed(show_all=False, return_yaml=True, offline=False):
+        assert show_all and not return_yaml and offline, "the removal reads the saved schedule"
+        return held or {}
+
+    functions = {
+        "grains.get": lambda key, default="": {"os_family": "Debian"}.get(key, default),
+        "pillar.get": pillar_get,
+        "slsutil.merge": lambda a, b, merge_lists=False: salt.utils.dictupdate.merge(a, b, merge_lists=merge_lists),
+        "file.file_exists": os.path.isfile, "file.read": lambda path: Path(path).read_text(),
+        "file.dirname": os.path.dirname, "schedule.list": listed,
+    }
+    return yaml.safe_load(render_text(tmp_path, template, pillar, opts=opts, salt=functions))
 
 
 def test_the_schedule_is_two_entries_of_the_minions_or_none(tmp_path):
     on = schedule_states(tmp_path, {"epilog": {"schedule": {"interval": 600, "kill_strays": True}}})
-    assert sorted(on) == ["epilog-schedule-epilog-strays-present", "epilog-schedule-epilog-sweep-present"]
+    assert sorted(on) == ["epilog-schedule-epilog-strays-present", "epilog-schedule-epilog-sweep-present",
+                          "epilog-schedule-where-test-nop"]
+    where = on["epilog-schedule-where-test-nop"]["test.nop"][0]["name"]
+    assert where.startswith(f"where the formula's schedule entries go: {tmp_path}/conf/minion.d/_schedule.conf"), where
     strays_entry = dict(item for row in on["epilog-schedule-epilog-strays-present"]["schedule.present"]
                         for item in row.items())
     assert strays_entry["function"] == "epilog.strays" and strays_entry["job_kwargs"] == {"kill": True}
@@ -166,10 +194,12 @@ def test_the_schedule_is_two_entries_of_the_minions_or_none(tmp_path):
     sweep_entry = dict(item for row in on["epilog-schedule-epilog-sweep-present"]["schedule.present"]
                        for item in row.items())
     assert sweep_entry["function"] == "epilog.sweep" and sweep_entry["job_kwargs"] == {}
+    # no minion runs here: Salt's offline mode writes them to its _schedule.conf
+    assert strays_entry["offline"] is True and sweep_entry["offline"] is True
     # off: the formula's entries go, and only those; none held, nothing to do
     off = schedule_states(tmp_path, {}, held={"epilog-sweep": {"function": "epilog.sweep"},
                                               "backup": {"function": "cmd.run"}})
-    assert list(off) == ["epilog-schedule-epilog-sweep-absent"]
+    assert list(off) == ["epilog-schedule-epilog-sweep-absent", "epilog-schedule-where-test-nop"]
     assert list(schedule_states(tmp_path, {})) == ["epilog-schedule-test-nop"]
 
 
