@@ -1300,11 +1300,15 @@ def _ssh_access(settings):
     if not os.path.exists(service):
         if access == "adopt":
             return [f"epilog:ssh_access is adopt, but {service} is missing: pam_slurm_adopt governs no ssh login"], []
-        return [], []
+        return [f"[pam-listfile-missing] epilog:ssh_access is listfile, but {service} is missing (libpam gives sshd "
+                f"the stack of {pam.PAM_DIR}/other): the lines prolog 50 adds to epilog:ssh_allow_file and part 39 "
+                "removes govern no ssh login; lay the file down with the line '"
+                f"{pam.ALLOW_LINE % settings['ssh_allow_file']}' after its account lines, or set epilog:ssh_access "
+                "none where the site governs ssh itself"], []
     lines, problems = pam.account_stack("sshd")
     judged, notes = pam.judge(lines, access, settings["ssh_allow_file"], settings["localusers"])
     for line in lines:
-        if line.module == pam.ADOPT and not _pam_module_found(line.path):
+        if line.module in (pam.ADOPT, pam.LISTFILE) and not _pam_module_found(line.path):
             judged.append(f"{line!r}: {line.path} is not on this node: libpam fails a {line.control} line whose "
                           "module is missing, and denies every login, root's too")
     return problems + judged, notes
@@ -1323,18 +1327,24 @@ def _pam_module_found(path):
     return any(os.path.isfile(os.path.join(directory, name)) for directory in PAM_MODULE_DIRS)
 
 
-def pam_file():
+def pam_file(manage=None):
     """
     The text /etc/pam.d/sshd gets from the state epilog.pam: with
-    ``epilog:pam_manage`` on (under ``ssh_access`` adopt), the file with the
-    formula's account lines after its last account line (a pam_listfile line
-    that admits the operators from ``pam_operators_file``, then
-    ``pam_adopt_module``); off, the file without them. The stack it would lay
-    down is judged first, as epilog.verify judges the live one: any problem
-    (an operator that would not be admitted, a line that admits logins past
-    pam_slurm_adopt, a pam_slurm_adopt line of the site's own, a module
-    missing) is an error, and the state, which renders this, fails before
-    anything is written. None: off, and nothing there to take out.
+    ``epilog:pam_manage`` on, the file with the formula's account lines after
+    its last account line: a pam_listfile line that admits root and the
+    operators from ``pam_operators_file``, then, under ``ssh_access`` adopt,
+    ``pam_adopt_module``, or, under listfile, a pam_listfile line that
+    admits every other login only while ``ssh_allow_file`` names it. Off,
+    the file without them. The stack it would lay down is judged first, as
+    epilog.verify judges the live one: any problem (an operator that would
+    not be admitted, a line that admits logins past the formula's gate, a
+    pam_slurm_adopt line of the site's own under adopt, a module missing)
+    is an error, and the state, which renders this, fails before anything
+    is written. None: off, and nothing there to take out.
+
+    manage
+        True or False in place of ``epilog:pam_manage`` (epilog.clean asks
+        for the file without the formula's lines whatever the pillar says).
 
     CLI Example:
 
@@ -1345,7 +1355,7 @@ def pam_file():
     settings, rules, _ = _config()
     pam = _node.pam
     service = os.path.join(pam.PAM_DIR, "sshd")
-    manage = settings["pam_manage"]
+    manage = settings["pam_manage"] if manage is None else bool(manage)
     if os.path.islink(service):
         if not manage:
             return None
@@ -1367,29 +1377,41 @@ def pam_file():
     if any(not (char.isprintable() or char in "\t\n") for char in text):
         raise CommandExecutionError(f"{service} holds a control or unprintable character: the formula would not "
                                     "write it back as it is; edit the file by hand first")
+    access, allow = settings["ssh_access"], settings["ssh_allow_file"]
     try:
         if not manage:
             return pam.unplace(text)
-        operators, module = settings["pam_operators_file"], settings["pam_adopt_module"]
+        operators = settings["pam_operators_file"]
         _check_operators_file(operators, rules)
-        # /lib is a symlink to usr/lib on merged-/usr systems: judged where it leads
-        real = os.path.realpath(module)
-        if not (_root_only(os.path.dirname(real)) and _root_file(real)):
-            raise CommandExecutionError(
-                f"epilog:pam_adopt_module ({module!r}) is not a file of root's that only root can write: a "
-                "required PAM module that is missing denies every login, root's too (install pam_slurm_adopt: "
-                "libpam-slurm-adopt on Debian, slurm-pam_slurm on RHEL)")
-        new = pam.place(text, pam.block(operators, module))
+        if not _pam_module_found("pam_listfile.so"):
+            raise CommandExecutionError("pam_listfile.so is not on this node (libpam-modules, pam on RHEL): a "
+                                        "required PAM module that is missing denies every login, root's too")
+        if access == "adopt":
+            module = settings["pam_adopt_module"]
+            # /lib is a symlink to usr/lib on merged-/usr systems: judged where it leads
+            real = os.path.realpath(module)
+            if not (_root_only(os.path.dirname(real)) and _root_file(real)):
+                raise CommandExecutionError(
+                    f"epilog:pam_adopt_module ({module!r}) is not a file of root's that only root can write: a "
+                    "required PAM module that is missing denies every login, root's too (install pam_slurm_adopt: "
+                    "libpam-slurm-adopt on Debian, slurm-pam_slurm on RHEL)")
+            new = pam.place(text, pam.block(operators, adopt_module=module))
+        else:
+            new = pam.place(text, pam.block(operators, allow_file=allow))
     except pam.PlaceError as exc:
         raise CommandExecutionError(f"{service}: {exc}") from None
     lines, problems = pam.account_stack("sshd", text=new)
     listed = _pam_operators(settings["localusers"])
-    judged, _ = pam.judge(lines, "adopt", settings["ssh_allow_file"], settings["localusers"],
-                          lists={operators: listed})
-    own = pam.LISTFILE, operators
-    judged += [f"{line!r}, before pam_slurm_adopt, admits whom it accepts without adopting them into a job (on a "
-               "stack with pam_localuser, every local account): remove it, or leave epilog:pam_manage off"
-               for line in pam.bypasses(lines) if (line.module, line.arg("file")) != own]
+    judged, _ = pam.judge(lines, access, allow, settings["localusers"], lists={operators: listed})
+    if access == "adopt":
+        own = pam.LISTFILE, operators
+        judged += [f"{line!r}, before pam_slurm_adopt, admits whom it accepts without adopting them into a job (on "
+                   "a stack with pam_localuser, every local account): remove it, or leave epilog:pam_manage off"
+                   for line in pam.bypasses(lines) if (line.module, line.arg("file")) != own]
+    else:
+        shut = pam.refused(lines, listed, lists={operators: listed})
+        judged += [f"{line!r} would refuse {name}, a listed operator (or root), before the operators' list admits "
+                   "them: take that line out, or leave epilog:pam_manage off" for name, line in sorted(shut.items())]
     if problems or judged:
         raise CommandExecutionError(f"{service} with the formula's lines would have problems, so it is left as it "
                                     "is: " + "; ".join(problems + judged))
