@@ -320,6 +320,45 @@ def _ipc_note(settings):
 SCHEDULE_ENTRIES = {"epilog-sweep": "epilog.sweep", "epilog-strays": "epilog.strays"}
 
 
+def schedule_held():
+    """
+    The formula's schedule entries this minion holds (``entries``: the
+    names of epilog-sweep and epilog-strays, each held with the formula's
+    function: another function under such a name is the site's), in the
+    running minion's memory or in the file a minion reads when it starts
+    (minion.d/_schedule.conf); and ``offline``: True when no salt-minion
+    daemon of this configuration runs (a masterless salt-call), so Salt's
+    schedule states edit that file rather than ask a daemon that is not
+    there. epilog.clean takes these entries out.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-call epilog.schedule_held
+    """
+    held = dict(__opts__.get("schedule") or {})  # noqa: F821 - a Salt dunder
+    saved = __salt__["schedule.list"](show_all=True, return_yaml=False, offline=True)  # noqa: F821
+    if isinstance(saved, dict):
+        held.update(saved)
+    entries = sorted(name for name, function in SCHEDULE_ENTRIES.items()
+                     if isinstance(held.get(name), dict) and held[name].get("function") == function)
+    return {"entries": entries, "offline": not _minion_daemon_running()}
+
+
+def _minion_daemon_running():
+    """A salt-minion daemon of this configuration runs: its pidfile names a
+    live process of salt-minion (a zombie's command line is empty). Its
+    scheduler holds the entries in memory, where only it can take them out."""
+    try:
+        with open(__opts__["pidfile"], encoding="ascii") as handle:  # noqa: F821 - a Salt dunder
+            pid = int(handle.read().strip())
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return b"salt-minion" in handle.read()
+    except (OSError, KeyError, TypeError, ValueError):
+        return False
+
+
 def _schedule_report(settings):
     """What epilog:schedule asks for and what this minion's scheduler holds
     (its entries of the formula's): (report, notes)."""
@@ -1447,6 +1486,96 @@ def _check_operators_file(path, rules):
     if os.path.islink(path) or not all(chars.fullmatch(line) for line in data.split("\n") if line):
         raise CommandExecutionError(f"epilog:pam_operators_file ({path!r}) exists and is not a list of account "
                                     "names (a file of another use?): it is left alone; name another path")
+
+
+def pam_clean():
+    """
+    What epilog.clean takes out of the PAM configuration, judged without
+    changing anything: ``sshd``, the text of /etc/pam.d/sshd without the
+    formula's account lines (None when it holds none; a block edited by
+    hand is an error, and nothing is guessed at); ``operators_files``, the
+    operators' lists epilog.pam laid down, each with the ``backup`` path in
+    the minion's cache it is moved to (file.list_backups finds it there);
+    and ``kept``, why a list found there stays. A list is the formula's when
+    it holds exactly what epilog.pam lays down now (root, then
+    ``localusers``), or is named by the formula's own lines; it stays when
+    it is not a regular file of root's, or any PAM configuration outside
+    the formula's lines names it.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt 'slurm-work-01' epilog.pam_clean
+    """
+    settings, rules, _ = _config()
+    pam = _node.pam
+    service = os.path.join(pam.PAM_DIR, "sshd")
+    try:
+        text = pam._read(service)  # pylint: disable=protected-access
+    except (OSError, UnicodeDecodeError):
+        text = None
+    marked = text is not None and not os.path.islink(service) and (pam.BEGIN in text or pam.END in text)
+    sshd = pam_file(manage=False) if marked else None
+    named = []
+    if marked:
+        block = text.split(pam.BEGIN, 1)[-1].split(pam.END, 1)[0]
+        named = [line.arg("file") for line in pam.account_stack("sshd", text=block)[0] if line.module == pam.LISTFILE
+                 and line.arg("file") and line.arg("file") != settings["ssh_allow_file"]]
+    wanted = _pam_operators(settings["localusers"])
+    chars = re.compile("[" + rules["account_chars"] + "]+")
+    removed, kept = [], []
+    for path in dict.fromkeys([settings["pam_operators_file"], *named]):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != 0:
+            kept.append(f"{path} is not a regular file of root's: not the formula's list, left alone")
+            continue
+        try:
+            names = pam._read(path).splitlines()  # pylint: disable=protected-access
+        except (OSError, UnicodeDecodeError) as exc:
+            kept.append(f"{path} cannot be read ({exc}): left alone")
+            continue
+        ours = names == wanted or (path in named and names[:1] == ["root"]
+                                   and all(chars.fullmatch(name) for name in names))
+        if not ours:
+            kept.append(f"{path} does not hold what epilog.pam lays down ({', '.join(wanted)}): the site's, left "
+                        "alone")
+            continue
+        users = _pam_files_naming(path, sshd)
+        if users:
+            kept.append(f"{path} is named by {', '.join(users)} outside the formula's lines: left alone")
+            continue
+        # as file.managed's backup: minion names its copies (file.list_backups reads these names)
+        now = time.time()
+        stamp = time.strftime("%a_%b_%d_%H:%M:%S_", time.localtime(now)) + f"{int(now * 1000000) % 1000000:06d}_" \
+            + time.strftime("%Y", time.localtime(now))
+        backup = os.path.join(__opts__["cachedir"], "file_backup",  # noqa: F821 - a Salt dunder
+                              os.path.dirname(path).lstrip("/"), f"{os.path.basename(path)}_{stamp}")
+        removed.append({"path": path, "backup": backup})
+    return {"sshd": sshd, "operators_files": removed, "kept": kept}
+
+
+def _pam_files_naming(path, sshd):
+    """The PAM configuration files that name PATH, /etc/pam.d/sshd as SSHD
+    (without the formula's lines) when it is given."""
+    pam = _node.pam
+    out = []
+    try:
+        names = sorted(os.listdir(pam.PAM_DIR))
+    except OSError:
+        return out
+    for name in names:
+        full = os.path.join(pam.PAM_DIR, name)
+        try:
+            text = sshd if name == "sshd" and sshd is not None else pam._read(full)  # pylint: disable=W0212
+        except (OSError, UnicodeDecodeError):
+            continue
+        if path in text:
+            out.append(full)
+    return out
 
 
 def _ssh_sessions(settings, user, verdict):

@@ -1,7 +1,8 @@
 """sshd's account lines under ssh_access listfile, in-process on a node laid
 down by the real state: epilog.pam lays them down and takes them out again,
-and epilog.verify fails with its code while sshd does not consult the
-allow file as the chain needs. Each runs in a mount namespace
+epilog.verify fails with its code while sshd does not consult the allow
+file as the chain needs, and epilog.clean takes out the schedule entries
+and the PAM lines the formula laid down. Each runs in a mount namespace
 whose /etc/pam.d is a tmpfs copy of the machine's (Node.isolated): the
 machine's own is never written. Logins through a real sshd:
 tests/slurm/test_pam_listfile.py."""
@@ -10,7 +11,9 @@ import stat
 from pathlib import Path
 
 import pytest
+import yaml
 
+from tests.helpers import CURRENT
 from tests.salt.conftest import machine_pam
 from tests.unit.conftest import node as node_program
 
@@ -107,3 +110,65 @@ def test_verify_fails_under_listfile_until_sshd_consults_the_allow_file(node, ac
     assert report["result"] is (code is None), report["problems"]
     if code in ("[pam-listfile-missing]", "[pam-listfile-not-gating]"):
         assert gate.strip() in found[0] and ("epilog:pam_manage: true" in found[0] or sshd is None), found[0]
+
+
+def test_clean_takes_out_the_schedule_entries_and_the_pam_lines_it_laid_down(node):
+    node.apply()
+    node.set_pillar(pam_manage=True)
+    operators = Path(node.pillar["epilog"]["pam_operators_file"])
+    conf = node.conf_dir / "slurm.conf"
+    # the minion's schedule as epilog.schedule leaves it (saved: the file a
+    # minion reads when it starts), beside an entry of the site's
+    schedule_conf = Path(node.minion.config_dir) / "minion.d/_schedule.conf"
+    schedule_conf.parent.mkdir(exist_ok=True)
+    entry = {"seconds": 600, "splay": 300, "maxrunning": 1, "return_job": False, "enabled": True}
+    schedule_conf.write_text(yaml.safe_dump({"schedule": {
+        "epilog-sweep": {"function": "epilog.sweep", "job_kwargs": {}, **entry},
+        "epilog-strays": {"function": "epilog.strays", "job_kwargs": {"kill": False}, **entry},
+        "site-backup": {"function": "test.ping", **entry}}}))
+    files = machine_pam()
+
+    def held():
+        return sorted(yaml.safe_load(schedule_conf.read_text())["schedule"])
+
+    def steps():
+        assert node.minion.apply("epilog.pam").ok
+        laid = SSHD.read_bytes()
+        assert pam.BEGIN.encode() in laid and operators.is_file()
+        assert node.minion("epilog.schedule_held") == {"entries": ["epilog-strays", "epilog-sweep"],
+                                                       "offline": True}
+        # slurm.conf still names the chain: nothing is removed, not the schedule, not sshd's lines
+        refused = node.minion.apply("epilog.clean")
+        assert not refused.ok and "refusing to remove the chain" in refused.text, refused
+        assert SSHD.read_bytes() == laid and operators.is_file()
+        assert held() == ["epilog-strays", "epilog-sweep", "site-backup"]
+        conf.write_text("ClusterName=x\n")
+        preview = node.minion.apply("epilog.clean", test=True)
+        pending = {sid for sid, s in preview.states.items() if s["result"] is None}
+        assert {"epilog-clean-pam-sshd-file-managed", "epilog-clean-pam-operators-file-1-moved-to-backup"} \
+            <= pending, preview
+        for name in ("epilog-sweep", "epilog-strays"):  # (Salt's schedule.absent previews as a comment)
+            assert "would be deleted" in str(preview.states[f"epilog-clean-schedule-{name}-absent"]["comment"])
+        assert SSHD.read_bytes() == laid and operators.is_file() and len(held()) == 3, "test=True removed something"
+
+        cleaned = node.minion.apply("epilog.clean")
+        assert cleaned.ok, cleaned
+        assert SSHD.read_bytes() == files["sshd"] and not operators.exists()
+        assert held() == ["site-backup"]
+        assert node.minion("file.list_backups", str(SSHD)) and node.minion("file.list_backups", str(operators)), \
+            "no backup of what clean took out"
+        assert not (node.conf_dir / CURRENT).exists()
+        again = node.minion.apply("epilog.clean")
+        assert again.ok and not again.changed(), again
+        assert not any(sid.startswith(("epilog-clean-schedule", "epilog-clean-pam")) for sid in again.states), again
+        # a site's list of its own at that path, and an entry of another function under the formula's name, stay
+        operators.write_text("root\nsomeone.else\n")
+        schedule_conf.write_text(yaml.safe_dump({"schedule": {"epilog-sweep": {"function": "test.ping", **entry}}}))
+        kept = node.minion.apply("epilog.clean")
+        assert kept.ok and operators.read_text() == "root\nsomeone.else\n" and held() == ["epilog-sweep"], kept
+        assert "does not hold what epilog.pam lays down" in kept.text, kept
+
+    try:
+        node.isolated(steps, pam=files)
+    finally:
+        schedule_conf.unlink(missing_ok=True)
