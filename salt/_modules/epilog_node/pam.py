@@ -320,7 +320,8 @@ def refused(lines, names, lists=None):
     refuses before a list admits it (a sufficient line that names them),
     as far as the lists tell: any other module is taken to let them
     through, and a list that cannot be read, or another module whose
-    success may end the stack or jump, ends the look for that name.
+    success may end the stack or jump over a pam_listfile line, ends the
+    look for that name (this cannot tell what it does).
     LISTS: {path: names} of list files as they will be (not read)."""
     out = {}
     lists = lists or {}
