@@ -268,13 +268,16 @@ class Chain:
 
 def epilog_pillar(base=None, **settings):
     """The tests' one pillar builder: {"epilog": ...} with the chain's paths
-    under BASE (slurm/, localusers, epilog.log, records.jsonl, spool/, run/), then SETTINGS
-    (any key of the pillar; paths may be Paths)."""
+    under BASE (slurm/, localusers, epilog.log, records.jsonl, spool/, run/,
+    and slurm-operators: epilog.pam and epilog.clean never meet the
+    machine's own list), then SETTINGS (any key of the pillar; paths may be
+    Paths)."""
     data = {}
     if base is not None:
         base = Path(base)
         data.update(slurm_config_dir=base / "slurm", ssh_allow_file=base / "localusers", log_file=base / "epilog.log",
-                    record_file=base / "records.jsonl", slurmd_spool_dir=base / "spool", run_dir=base / "run")
+                    record_file=base / "records.jsonl", slurmd_spool_dir=base / "spool", run_dir=base / "run",
+                    pam_operators_file=base / "slurm-operators")
     data.update(settings)
     return {"epilog": {key: str(value) if isinstance(value, Path) else value for key, value in data.items()}}
 

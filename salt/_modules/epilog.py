@@ -320,6 +320,30 @@ def _ipc_note(settings):
 SCHEDULE_ENTRIES = {"epilog-sweep": "epilog.sweep", "epilog-strays": "epilog.strays"}
 
 
+def schedule_held():
+    """
+    The formula's schedule entries this minion holds (``entries``: the
+    names of epilog-sweep and epilog-strays, each held with the formula's
+    function: another function under such a name is the site's), in the
+    running minion's memory or in the file a minion reads when it starts
+    (minion.d/_schedule.conf). epilog.clean takes these entries out (from
+    the file when no salt-minion daemon runs: salt/epilog/minion.jinja).
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-call epilog.schedule_held
+    """
+    held = dict(__opts__.get("schedule") or {})  # noqa: F821 - a Salt dunder
+    saved = __salt__["schedule.list"](show_all=True, return_yaml=False, offline=True)  # noqa: F821
+    if isinstance(saved, dict):
+        held.update(saved)
+    entries = sorted(name for name, function in SCHEDULE_ENTRIES.items()
+                     if isinstance(held.get(name), dict) and held[name].get("function") == function)
+    return {"entries": entries}
+
+
 def _schedule_report(settings):
     """What epilog:schedule asks for and what this minion's scheduler holds
     (its entries of the formula's): (report, notes)."""
@@ -1300,11 +1324,15 @@ def _ssh_access(settings):
     if not os.path.exists(service):
         if access == "adopt":
             return [f"epilog:ssh_access is adopt, but {service} is missing: pam_slurm_adopt governs no ssh login"], []
-        return [], []
+        return [f"[pam-listfile-missing] epilog:ssh_access is listfile, but {service} is missing (libpam gives sshd "
+                f"the stack of {pam.PAM_DIR}/other): the lines prolog 50 adds to epilog:ssh_allow_file and part 39 "
+                "removes govern no ssh login; lay the file down with the line '"
+                f"{pam.ALLOW_LINE % settings['ssh_allow_file']}' after its account lines, or set epilog:ssh_access "
+                "none where the site governs ssh itself"], []
     lines, problems = pam.account_stack("sshd")
     judged, notes = pam.judge(lines, access, settings["ssh_allow_file"], settings["localusers"])
     for line in lines:
-        if line.module == pam.ADOPT and not _pam_module_found(line.path):
+        if line.module in (pam.ADOPT, pam.LISTFILE) and not _pam_module_found(line.path):
             judged.append(f"{line!r}: {line.path} is not on this node: libpam fails a {line.control} line whose "
                           "module is missing, and denies every login, root's too")
     return problems + judged, notes
@@ -1323,18 +1351,24 @@ def _pam_module_found(path):
     return any(os.path.isfile(os.path.join(directory, name)) for directory in PAM_MODULE_DIRS)
 
 
-def pam_file():
+def pam_file(manage=None):
     """
     The text /etc/pam.d/sshd gets from the state epilog.pam: with
-    ``epilog:pam_manage`` on (under ``ssh_access`` adopt), the file with the
-    formula's account lines after its last account line (a pam_listfile line
-    that admits the operators from ``pam_operators_file``, then
-    ``pam_adopt_module``); off, the file without them. The stack it would lay
-    down is judged first, as epilog.verify judges the live one: any problem
-    (an operator that would not be admitted, a line that admits logins past
-    pam_slurm_adopt, a pam_slurm_adopt line of the site's own, a module
-    missing) is an error, and the state, which renders this, fails before
-    anything is written. None: off, and nothing there to take out.
+    ``epilog:pam_manage`` on, the file with the formula's account lines after
+    its last account line: a pam_listfile line that admits root and the
+    operators from ``pam_operators_file``, then, under ``ssh_access`` adopt,
+    ``pam_adopt_module``, or, under listfile, a pam_listfile line that
+    admits every other login only while ``ssh_allow_file`` names it. Off,
+    the file without them. The stack it would lay down is judged first, as
+    epilog.verify judges the live one: any problem (an operator that would
+    not be admitted, a line that admits logins past the formula's gate, a
+    pam_slurm_adopt line of the site's own under adopt, a module missing)
+    is an error, and the state, which renders this, fails before anything
+    is written. None: off, and nothing there to take out.
+
+    manage
+        True or False in place of ``epilog:pam_manage`` (epilog.clean asks
+        for the file without the formula's lines whatever the pillar says).
 
     CLI Example:
 
@@ -1345,7 +1379,7 @@ def pam_file():
     settings, rules, _ = _config()
     pam = _node.pam
     service = os.path.join(pam.PAM_DIR, "sshd")
-    manage = settings["pam_manage"]
+    manage = settings["pam_manage"] if manage is None else bool(manage)
     if os.path.islink(service):
         if not manage:
             return None
@@ -1367,29 +1401,41 @@ def pam_file():
     if any(not (char.isprintable() or char in "\t\n") for char in text):
         raise CommandExecutionError(f"{service} holds a control or unprintable character: the formula would not "
                                     "write it back as it is; edit the file by hand first")
+    access, allow = settings["ssh_access"], settings["ssh_allow_file"]
     try:
         if not manage:
             return pam.unplace(text)
-        operators, module = settings["pam_operators_file"], settings["pam_adopt_module"]
+        operators = settings["pam_operators_file"]
         _check_operators_file(operators, rules)
-        # /lib is a symlink to usr/lib on merged-/usr systems: judged where it leads
-        real = os.path.realpath(module)
-        if not (_root_only(os.path.dirname(real)) and _root_file(real)):
-            raise CommandExecutionError(
-                f"epilog:pam_adopt_module ({module!r}) is not a file of root's that only root can write: a "
-                "required PAM module that is missing denies every login, root's too (install pam_slurm_adopt: "
-                "libpam-slurm-adopt on Debian, slurm-pam_slurm on RHEL)")
-        new = pam.place(text, pam.block(operators, module))
+        if not _pam_module_found("pam_listfile.so"):
+            raise CommandExecutionError("pam_listfile.so is not on this node (libpam-modules, pam on RHEL): a "
+                                        "required PAM module that is missing denies every login, root's too")
+        if access == "adopt":
+            module = settings["pam_adopt_module"]
+            # /lib is a symlink to usr/lib on merged-/usr systems: judged where it leads
+            real = os.path.realpath(module)
+            if not (_root_only(os.path.dirname(real)) and _root_file(real)):
+                raise CommandExecutionError(
+                    f"epilog:pam_adopt_module ({module!r}) is not a file of root's that only root can write: a "
+                    "required PAM module that is missing denies every login, root's too (install pam_slurm_adopt: "
+                    "libpam-slurm-adopt on Debian, slurm-pam_slurm on RHEL)")
+            new = pam.place(text, pam.block(operators, adopt_module=module))
+        else:
+            new = pam.place(text, pam.block(operators, allow_file=allow))
     except pam.PlaceError as exc:
         raise CommandExecutionError(f"{service}: {exc}") from None
     lines, problems = pam.account_stack("sshd", text=new)
     listed = _pam_operators(settings["localusers"])
-    judged, _ = pam.judge(lines, "adopt", settings["ssh_allow_file"], settings["localusers"],
-                          lists={operators: listed})
-    own = pam.LISTFILE, operators
-    judged += [f"{line!r}, before pam_slurm_adopt, admits whom it accepts without adopting them into a job (on a "
-               "stack with pam_localuser, every local account): remove it, or leave epilog:pam_manage off"
-               for line in pam.bypasses(lines) if (line.module, line.arg("file")) != own]
+    judged, _ = pam.judge(lines, access, allow, settings["localusers"], lists={operators: listed})
+    if access == "adopt":
+        own = pam.LISTFILE, operators
+        judged += [f"{line!r}, before pam_slurm_adopt, admits whom it accepts without adopting them into a job (on "
+                   "a stack with pam_localuser, every local account): remove it, or leave epilog:pam_manage off"
+                   for line in pam.bypasses(lines) if (line.module, line.arg("file")) != own]
+    else:
+        shut = pam.refused(lines, listed, lists={operators: listed})
+        judged += [f"{line!r} would refuse {name}, a listed operator (or root), before the operators' list admits "
+                   "them: take that line out, or leave epilog:pam_manage off" for name, line in sorted(shut.items())]
     if problems or judged:
         raise CommandExecutionError(f"{service} with the formula's lines would have problems, so it is left as it "
                                     "is: " + "; ".join(problems + judged))
@@ -1425,6 +1471,96 @@ def _check_operators_file(path, rules):
     if os.path.islink(path) or not all(chars.fullmatch(line) for line in data.split("\n") if line):
         raise CommandExecutionError(f"epilog:pam_operators_file ({path!r}) exists and is not a list of account "
                                     "names (a file of another use?): it is left alone; name another path")
+
+
+def pam_clean():
+    """
+    What epilog.clean takes out of the PAM configuration, judged without
+    changing anything: ``sshd``, the text of /etc/pam.d/sshd without the
+    formula's account lines (None when it holds none; a block edited by
+    hand is an error, and nothing is guessed at); ``operators_files``, the
+    operators' lists epilog.pam laid down, each with the ``backup`` path in
+    the minion's cache it is moved to (file.list_backups finds it there);
+    and ``kept``, why a list found there stays. A list is the formula's when
+    it holds exactly what epilog.pam lays down now (root, then
+    ``localusers``), or is named by the formula's own lines; it stays when
+    it is not a regular file of root's, or any PAM configuration outside
+    the formula's lines names it.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt 'slurm-work-01' epilog.pam_clean
+    """
+    settings, rules, _ = _config()
+    pam = _node.pam
+    service = os.path.join(pam.PAM_DIR, "sshd")
+    try:
+        text = pam._read(service)  # pylint: disable=protected-access
+    except (OSError, UnicodeDecodeError):
+        text = None
+    marked = text is not None and not os.path.islink(service) and (pam.BEGIN in text or pam.END in text)
+    sshd = pam_file(manage=False) if marked else None
+    named = []
+    if marked:
+        block = text.split(pam.BEGIN, 1)[-1].split(pam.END, 1)[0]
+        named = [line.arg("file") for line in pam.account_stack("sshd", text=block)[0] if line.module == pam.LISTFILE
+                 and line.arg("file") and line.arg("file") != settings["ssh_allow_file"]]
+    wanted = _pam_operators(settings["localusers"])
+    chars = re.compile("[" + rules["account_chars"] + "]+")
+    removed, kept = [], []
+    for path in dict.fromkeys([settings["pam_operators_file"], *named]):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != 0:
+            kept.append(f"{path} is not a regular file of root's: not the formula's list, left alone")
+            continue
+        try:
+            names = pam._read(path).splitlines()  # pylint: disable=protected-access
+        except (OSError, UnicodeDecodeError) as exc:
+            kept.append(f"{path} cannot be read ({exc}): left alone")
+            continue
+        ours = names == wanted or (path in named and names[:1] == ["root"]
+                                   and all(chars.fullmatch(name) for name in names))
+        if not ours:
+            kept.append(f"{path} does not hold what epilog.pam lays down ({', '.join(wanted)}): the site's, left "
+                        "alone")
+            continue
+        users = _pam_files_naming(path, sshd)
+        if users:
+            kept.append(f"{path} is named by {', '.join(users)} outside the formula's lines: left alone")
+            continue
+        # as file.managed's backup: minion names its copies (file.list_backups reads these names)
+        now = time.time()
+        stamp = time.strftime("%a_%b_%d_%H:%M:%S_", time.localtime(now)) + f"{int(now * 1000000) % 1000000:06d}_" \
+            + time.strftime("%Y", time.localtime(now))
+        backup = os.path.join(__opts__["cachedir"], "file_backup",  # noqa: F821 - a Salt dunder
+                              os.path.dirname(path).lstrip("/"), f"{os.path.basename(path)}_{stamp}")
+        removed.append({"path": path, "backup": backup})
+    return {"sshd": sshd, "operators_files": removed, "kept": kept}
+
+
+def _pam_files_naming(path, sshd):
+    """The PAM configuration files that name PATH, /etc/pam.d/sshd as SSHD
+    (without the formula's lines) when it is given."""
+    pam = _node.pam
+    out = []
+    try:
+        names = sorted(os.listdir(pam.PAM_DIR))
+    except OSError:
+        return out
+    for name in names:
+        full = os.path.join(pam.PAM_DIR, name)
+        try:
+            text = sshd if name == "sshd" and sshd is not None else pam._read(full)  # pylint: disable=W0212
+        except (OSError, UnicodeDecodeError):
+            continue
+        if path in text:
+            out.append(full)
+    return out
 
 
 def _ssh_sessions(settings, user, verdict):

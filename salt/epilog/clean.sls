@@ -1,8 +1,13 @@
 {#- Removes everything the formula laid down, in reverse order, and nothing
-    else: the entry symlinks (epilog.sh, prolog.sh, localusers.backup), every
-    release in epilog-releases/ with release.py, ssh_allow.lock, then
-    epilog.d/ and prolog.d/ only if they are empty (a site's own parts stay). It leaves slurm_config_dir, the ssh allow file, the log and its
-    directory, and the packages.
+    else: the minion's schedule entries epilog-sweep and epilog-strays (of
+    the formula's functions), the formula's account lines in
+    /etc/pam.d/sshd (between its BEGIN and END markers, the file backed up)
+    and then the operators' list epilog.pam laid down (moved to the
+    minion's file_backup), the entry symlinks (epilog.sh, prolog.sh,
+    localusers.backup), every release in epilog-releases/ with release.py,
+    ssh_allow.lock, then epilog.d/ and prolog.d/ only if they are empty (a
+    site's own parts stay). It leaves slurm_config_dir, the ssh allow file,
+    the log and its directory, and the packages.
     It refuses, removing nothing, while slurm.conf still names the runners.
       salt 'slurm-work-*' state.apply epilog.clean test=True
     After a rename of slurm_config_dir, the old directory is given as
@@ -46,6 +51,61 @@ epilog-clean-slurm-conf-no-longer-wired-test:
   test.succeed_without_changes:
     - name: {{ ('no slurm.conf names the chain (read: ' ~ (wired.read | join(', ')) ~ ')') | json }}
 {%- endif %}
+
+{#- In reverse order of init.sls: the schedule first (its runs need the
+    chain), then sshd's lines, then the list they name (its operators are
+    let in by those lines while they are there). Each after the check
+    above: a clean that refuses removes nothing. The schedule entries go
+    from the running minion's scheduler, or, with no salt-minion daemon
+    running (masterless), from the file it reads when it starts. #}
+{%- from tplroot ~ "/minion.jinja" import minion with context %}
+{%- set schedule = salt['epilog.schedule_held']() %}
+{%- for name in schedule.entries %}
+
+epilog-clean-schedule-{{ name }}-absent:
+  schedule.absent:
+    - name: {{ name | json }}
+{%-   if not minion.running %}
+    - offline: True
+{%-   endif %}
+    - require:
+      - test: epilog-clean-slurm-conf-no-longer-wired-test
+{%- endfor %}
+
+{#- epilog.pam_clean judges both before anything is written: a block of the
+    formula's edited by hand fails the render; a list that is not the
+    formula's, or that other PAM lines name, stays. #}
+{%- set pam = salt['epilog.pam_clean']() %}
+{%- if pam.sshd is not none %}
+
+epilog-clean-pam-sshd-file-managed:
+  file.managed:
+    - name: /etc/pam.d/sshd
+    - contents: {{ pam.sshd | json }}
+    - follow_symlinks: False
+    - backup: minion
+    - require:
+      - test: epilog-clean-slurm-conf-no-longer-wired-test
+{%- endif %}
+{%- for item in pam.operators_files %}
+
+epilog-clean-pam-operators-file-{{ loop.index }}-moved-to-backup:
+  file.rename:
+    - name: {{ item.backup | json }}
+    - source: {{ item.path | json }}
+    - makedirs: True
+    - require:
+      - test: epilog-clean-slurm-conf-no-longer-wired-test
+{%-   if pam.sshd is not none %}
+      - file: epilog-clean-pam-sshd-file-managed
+{%-   endif %}
+{%- endfor %}
+{%- for why in pam.kept %}
+
+epilog-clean-pam-list-{{ loop.index }}-kept-test:
+  test.succeed_without_changes:
+    - name: {{ why | json }}
+{%- endfor %}
 
 {%- set removed = [] %}
 {%- for name in layout.entries | reverse %}

@@ -1,12 +1,14 @@
-{#- sshd's account lines under epilog:ssh_access adopt, when the pillar asks
-    for them (epilog:pam_manage): the operators' list, then the lines in
-    /etc/pam.d/sshd, in that order, so that after each step root and the
-    operators can still log in. epilog.pam_file builds the new sshd file and
-    judges the stack it makes before anything is written: a stack that would
-    lock out an operator fails the render, and nothing changes. Each file
-    keeps a backup in the minion's cache (file.list_backups). With
-    pam_manage off, this takes the formula's lines out of /etc/pam.d/sshd
-    again, and touches nothing else.
+{#- sshd's account lines under epilog:ssh_access adopt or listfile, when the
+    pillar asks for them (epilog:pam_manage): the operators' list, then the
+    lines in /etc/pam.d/sshd, in that order, so that after each step root
+    and the operators can still log in. The lines are the operators' list
+    first, then the gate the mode picks: pam_slurm_adopt under adopt, the
+    allow file (ssh_allow_file) under listfile. epilog.pam_file builds the
+    new sshd file and judges the stack it makes before anything is written:
+    a stack that would lock out an operator, or let a login past the gate,
+    fails the render, and nothing changes. Each file keeps a backup in the
+    minion's cache (file.list_backups). With pam_manage off, this takes the
+    formula's lines out of /etc/pam.d/sshd again, and touches nothing else.
       salt 'slurm-work-*' state.apply epilog.pam test=True #}
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import epilog with context %}

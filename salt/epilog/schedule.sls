@@ -9,31 +9,16 @@
     other.
     A running salt-minion of this configuration takes the entries over its
     event bus: in its scheduler at once, and kept in _schedule.conf. With
-    none running (a node provisioned by salt-call, masterless or not, before
-    its minion starts), nothing would answer on that bus, so the entries are
-    written to _schedule.conf itself (Salt's offline mode), where the minion
-    reads them when it starts; their removal likewise. Running means what
-    salt-minion itself asks before it starts: its pidfile names a live
-    process (here: not a zombie, whose command line has no text; and one
-    that names a minion, so that a pid reused by another program does not
-    count).
+    none running, they are written to _schedule.conf itself (Salt's offline
+    mode), where the minion reads them when it starts; their removal
+    likewise. minion.jinja says which.
       salt 'slurm-work-*' state.apply epilog.schedule test=True #}
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- from tplroot ~ "/map.jinja" import epilog with context %}
 {%- set schedule = epilog.schedule %}
-{%- set pidfile = opts.get('pidfile') or '' %}
-{%- set pid = (salt['file.read'](pidfile) | trim) if pidfile and salt['file.file_exists'](pidfile) else '' %}
-{%- set cmdline = '/proc/' ~ pid ~ '/cmdline' %}
-{%- set running = pid.isdigit() and salt['file.file_exists'](cmdline) and 'minion' in salt['file.read'](cmdline) %}
-{%- set conf_dir = opts.get('conf_dir') or salt['file.dirname'](opts.get('conf_file') or '/etc/salt/minion') %}
-{%- set schedule_file = conf_dir ~ '/' ~ salt['file.dirname'](opts.get('default_include') or 'minion.d/*.conf')
-                        ~ '/_schedule.conf' %}
-{%- if running %}
-{%-   set where = "the running salt-minion's scheduler (pid " ~ pid ~ '), which keeps its entries in ' ~ schedule_file %}
-{%- else %}
-{%-   set where = schedule_file ~ ', which the minion reads when it starts (no salt-minion of this configuration '
-                  ~ 'runs: ' ~ pidfile ~ ' names none)' %}
-{%- endif %}
+{%- from tplroot ~ "/minion.jinja" import minion with context %}
+{%- set running = minion.running %}
+{%- set where = minion.where %}
 {%- set sweep_entry = {'function': 'epilog.sweep', 'job_kwargs': {}} %}
 {%- set strays_entry = {'function': 'epilog.strays', 'job_kwargs': {'kill': schedule.kill_strays} } %}
 {%- set entries = {'epilog-sweep': sweep_entry, 'epilog-strays': strays_entry} %}

@@ -155,16 +155,40 @@ class Node:
         return ret
 
     def run(self, fun, *args, **kwargs):
-        """epilog.FUN's return, in-process. verify runs as on a node of its
-        own with no slurmd running: in a fork of this process in a pid
-        namespace of its own (no slurmd of the machine's is in sight) and a
-        mount namespace with an empty /etc/slurm (nor its slurm.conf), so it
-        judges this node's slurm.conf whatever the machine runs."""
+        """epilog.FUN's return, in-process; verify in isolated() (so it
+        judges this node's slurm.conf whatever the machine runs). Under
+        ssh_access listfile (the default) that node's sshd admits users by
+        its allow file, as a site that wires listfile has it: its
+        /etc/pam.d is the machine's, with the line the docs show."""
         if fun == "verify":
-            from tests.helpers import in_namespaces  # pylint: disable=import-outside-toplevel
-
-            return in_namespaces(lambda: self.minion(f"epilog.{fun}", *args, **kwargs), fresh=("/etc/slurm",))
+            pam = None
+            if self.pillar["epilog"].get("ssh_access", "listfile") == "listfile":
+                pam = machine_pam(gated_by=self.pillar["epilog"].get("ssh_allow_file", "/etc/localusers"))
+            return self.isolated(lambda: self.minion(f"epilog.{fun}", *args, **kwargs), pam=pam)
         return self.minion(f"epilog.{fun}", *args, **kwargs)
+
+    def isolated(self, fn, pam=None):
+        """FN() as on a node of its own with no slurmd running: in a fork of
+        this process (its loaders come along) in a pid namespace of its own
+        (no slurmd of the machine's is in sight) and a mount namespace with
+        an empty /etc/slurm (nor its slurm.conf). PAM ({name: bytes}): its
+        /etc/pam.d holds these files alone, on a tmpfs (the machine's is
+        never written). What FN returns, or raises, comes back here; a
+        pillar FN sets is set here again after it."""
+        from tests.helpers import in_namespaces  # pylint: disable=import-outside-toplevel
+
+        def run():
+            for name, data in (pam or {}).items():
+                Path("/etc/pam.d", name).write_bytes(data)
+            return fn()
+
+        pillar_file = self.minion.base / "pillar/epilog.sls"
+        before = pillar_file.read_text()
+        try:
+            return in_namespaces(run, fresh=("/etc/slurm", *(("/etc/pam.d",) if pam is not None else ())))
+        finally:
+            if pillar_file.read_text() != before:
+                self.minion.set_pillar(self.pillar)
 
     def call(self, *args, prefix=(), pillar=None):
         """A real salt-call on this minion's configuration, after PREFIX (a
@@ -181,6 +205,22 @@ class Node:
     def snapshot(self):
         return {p: (p.read_bytes(), p.stat().st_mode, p.stat().st_mtime_ns)
                 for p in self.conf_dir.rglob("*") if p.is_file()}
+
+
+def machine_pam(gated_by=None, sshd=None):
+    """This machine's /etc/pam.d ({name: bytes}: its regular files), its
+    sshd's as SSHD when given; GATED_BY: sshd's then ends with the account
+    line that admits users by that allow file as the chain needs under
+    ssh_access listfile, written as docs/site-configurations.md shows it
+    (not by the formula: what verify is to recognise)."""
+    files = {path.name: path.read_bytes() for path in Path("/etc/pam.d").iterdir()
+             if path.is_file() and not path.is_symlink()}
+    if sshd is not None:
+        files["sshd"] = sshd.encode()
+    if gated_by is not None:
+        line = f"account required pam_listfile.so item=user sense=allow onerr=fail file={gated_by}\n"
+        files["sshd"] = files.get("sshd", b"@include common-account\n") + line.encode()
+    return files
 
 
 @pytest.fixture

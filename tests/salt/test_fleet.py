@@ -47,7 +47,10 @@ class Fleet:
         return self.base / minion / "slurm"
 
     def write_pillar(self, minion, localusers=("root", "je.kim"), **extra):
-        pillar = epilog_pillar(self.base / minion, **{"localusers": list(localusers), **extra})
+        # The fleet's nodes share the machine's sshd and /etc/pam.d, which
+        # none of them governs: ssh_access none (the rollout's verify gate
+        # then asks nothing of sshd; tests/slurm/test_pam_listfile.py does).
+        pillar = epilog_pillar(self.base / minion, **{"localusers": list(localusers), "ssh_access": "none", **extra})
         (self.base / "pillar" / f"{minion.replace('-', '_')}.sls").write_text(json.dumps(pillar))
 
     def current(self, minion):

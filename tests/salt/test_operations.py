@@ -210,8 +210,10 @@ def test_the_module_answers_right_after_the_first_apply(salt_factories, accounts
     salt-call (each a new process, as a minion's job is): the first apply
     syncs the epilog module, so verify answers at once; the node program
     synced beside it, which the module runs, is the laid-down one, byte for
-    byte."""
+    byte. (It is not about ssh: ssh_access none asks nothing of sshd's PAM
+    stack.)"""
     fresh = Node(Minion(salt_factories, tmp_path / "fresh-minion", module_dirs=[]))
+    fresh.set_pillar(ssh_access="none")
     try:
         before = fresh.call("epilog.verify")
         assert before.returncode != 0 and "is not available" in before.stdout + before.stderr, before

@@ -71,9 +71,10 @@ LISTFILE_SUFFICIENT = f"account sufficient pam_listfile.so item=user sense=allow
 def test_under_listfile_the_allow_file_must_not_skip_adoption(tmp_path, sshd, problem):
     lines, _ = stack(tmp_path, sshd)
     problems, _ = pam.judge(lines, "listfile", ALLOW, ["root"])
-    assert bool(problems) is problem, problems
+    skips = [p for p in problems if "skips adoption" in p]  # (whether the allow file gates: the tests below)
+    assert bool(skips) is problem, problems
     if problem:
-        assert "skips adoption" in problems[0] and ALLOW in problems[0]
+        assert ALLOW in skips[0]
 
 
 def test_under_adopt_a_stack_without_pam_slurm_adopt_is_a_problem(tmp_path):
@@ -231,3 +232,141 @@ def test_a_pam_file_that_is_no_small_regular_file_is_named_not_read(tmp_path, ki
         path.mkdir()
     lines, problems = pam.account_stack("sshd", pam_dir=str(tmp_path))
     assert lines == [] and len(problems) == 1 and "cannot be read" in problems[0]
+
+
+# -- under listfile: the allow file must gate every login ------------------------
+GATE = f"account required pam_listfile.so item=user sense=allow onerr=fail file={ALLOW}"
+
+
+def codes(problems):
+    return [p[:p.index("]") + 1] for p in problems if p.startswith("[")]
+
+
+@pytest.mark.parametrize("sshd", [
+    "@include common-account\n" + GATE + "\n",                                  # the line the docs show, last
+    GATE + "\n@include common-account\n",                                       # or first: it gates all the same
+    "@include common-account\n" + GATE.replace("required", "requisite") + "\n",
+    "@include common-account\n" + GATE.replace("required", "[success=ok default=bad]") + "\n",
+    "@include common-account\n" + GATE.replace(" onerr=fail", "") + "\n",       # onerr=fail is pam_listfile's default
+    "account substack more\n",                                                 # a failure in a substack fails the stack
+    # a jump of 1 over a substack (counted as one line) lands on the gate
+    "account [success=1 default=ignore] pam_access.so\naccount substack two\n" + GATE + "\n",
+    # a success that ends a substack ends only the substack
+    "account substack done\n" + GATE + "\n",
+])
+def test_under_listfile_a_line_that_refuses_whom_the_allow_file_does_not_list_passes(tmp_path, sshd):
+    lines, problems = stack(tmp_path, sshd, more=GATE + "\n", two="account required pam_unix.so\n" * 2,
+                            done="account sufficient pam_permit.so\n")
+    assert problems == []
+    assert pam.judge(lines, "listfile", ALLOW, ["root"])[0] == []
+
+
+@pytest.mark.parametrize("sshd, code, words", [
+    ("@include common-account\n", "[pam-listfile-missing]", "no account line"),
+    ("@include common-account\n" + GATE.replace(ALLOW, "/etc/other") + "\n", "[pam-listfile-missing]",
+     "file=/etc/other"),
+    ("@include common-account\n" + GATE.replace("sense=allow", "sense=deny") + "\n", "[pam-listfile-missing]",
+     "sense=deny"),
+    ("@include common-account\n" + GATE.replace("item=user", "item=ruser") + "\n", "[pam-listfile-missing]",
+     "item=ruser"),
+    ("@include common-account\n" + GATE.replace("required", "sufficient") + "\n", "[pam-listfile-not-gating]",
+     "its control (sufficient) lets a login the file does not list go on"),
+    ("@include common-account\n" + GATE.replace("required", "optional") + "\n", "[pam-listfile-not-gating]",
+     "(optional)"),
+    ("@include common-account\n" + GATE.replace("required", "[success=ok default=ignore]") + "\n",
+     "[pam-listfile-not-gating]", "lets a login the file does not list go on"),
+    ("@include common-account\n" + GATE.replace("onerr=fail", "onerr=succeed") + "\n", "[pam-listfile-not-gating]",
+     "onerr=succeed admits every login while the file is missing"),
+    ("@include common-account\n" + GATE.replace("required", "[service_err=ignore default=bad]") + "\n",
+     "[pam-listfile-not-gating]", "lets every login go on while the file is missing"),
+    ("@include common-account\n" + GATE + " apply=@staff\n", "[pam-listfile-not-gating]", "apply=@staff"),
+    # RHEL's authselect stacks: every local account ends the stack before the gate
+    ("account required pam_unix.so\naccount sufficient pam_localuser.so\n" + GATE + "\n",
+     "[pam-listfile-bypassed]", "pam_localuser"),
+    ("account [success=2 default=ignore] pam_access.so\naccount required pam_unix.so\n" + GATE + "\n",
+     "[pam-listfile-bypassed]", "pam_access"),
+    ("account [default=done] pam_unix.so\n" + GATE + "\n", "[pam-listfile-bypassed]", "pam_unix"),
+    # a success inside the substack that holds the gate skips the rest of it
+    ("account substack both\n", "[pam-listfile-bypassed]", "pam_permit"),
+])
+def test_under_listfile_a_stack_that_does_not_gate_by_the_allow_file_fails_with_its_code(tmp_path, sshd, code, words):
+    lines, problems = stack(tmp_path, sshd, both="account sufficient pam_permit.so\n" + GATE + "\n")
+    assert problems == []
+    judged, _ = pam.judge(lines, "listfile", ALLOW, ["root"])
+    assert codes(judged) == [code] and words in judged[0], judged
+    # each says how to fix it: the exact line, or the pillar key
+    if code != "[pam-listfile-bypassed]":
+        assert pam.ALLOW_LINE % ALLOW in judged[0] and "epilog:pam_manage: true" in judged[0], judged[0]
+    # under none nothing is asked of the stack, and under adopt not this
+    assert pam.judge(lines, "none", ALLOW, ["root"]) == ([], [])
+    assert not [p for p in pam.judge(lines, "adopt", ALLOW, ["root"])[0] if "pam-listfile" in p]
+
+
+def test_under_listfile_a_list_before_the_gate_may_admit_the_operators_and_no_one_else(tmp_path):
+    ops = operators_file(tmp_path, ["root", "opal"], mode=0o600)
+    admit = f"account sufficient pam_listfile.so item=user sense=allow onerr=fail file={ops}\n"
+    lines, _ = stack(tmp_path, "@include common-account\n" + admit + GATE + "\n")
+    assert pam.judge(lines, "listfile", ALLOW, ["root", "opal"])[0] == []
+    # opal, not an operator now, skips the allow file: part 39's revoke would not reach her
+    judged, _ = pam.judge(lines, "listfile", ALLOW, ["root"])
+    assert codes(judged) == ["[pam-listfile-bypassed]"] and "admits opal (not in epilog:localusers)" in judged[0]
+    # as the list will be (the state's), not as it is
+    judged, _ = pam.judge(lines, "listfile", ALLOW, ["root"], lists={str(ops): ["root"]})
+    assert judged == []
+    # a list that cannot be read here: a note, not a verdict
+    ops.write_bytes(b"root\n\xff\n")
+    judged, notes = pam.judge(lines, "listfile", ALLOW, ["root"])
+    assert judged == [] and any("cannot tell" in n for n in notes), notes
+
+
+def test_operators_the_stack_would_refuse_are_found(tmp_path):
+    allow = tmp_path / "allow"
+    ops = operators_file(tmp_path, ["root", "opal"], mode=0o600)
+    admit = f"account sufficient pam_listfile.so item=user sense=allow onerr=fail file={ops}\n"
+    gate = pam.ALLOW_LINE % allow
+    alone, _ = stack(tmp_path, "@include common-account\n" + gate + "\n")
+    # the allow file missing: pam_listfile fails (onerr=fail), and refuses everyone
+    assert sorted(pam.refused(alone, ["root", "opal"])) == ["opal", "root"]
+    allow.write_text("opal\nalice\n")
+    assert sorted(pam.refused(alone, ["root", "opal"])) == ["root"]
+    # the operators' list first: they are in, whatever the allow file says
+    allow.unlink()
+    first, _ = stack(tmp_path, "@include common-account\n" + admit + gate + "\n")
+    assert pam.refused(first, ["root", "opal"]) == {}
+    # a gate of the site's before the operators' list shuts them out: sufficient does not undo a failure
+    after, _ = stack(tmp_path, "@include common-account\n" + gate + "\n" + admit)
+    assert sorted(pam.refused(after, ["root", "opal"])) == ["opal", "root"]
+    judged, notes = pam.judge(after, "listfile", str(allow), ["root", "opal"])
+    assert judged == [] and any("listed operators opal, root: their ssh logins are refused" in n for n in notes), notes
+    # a line before whose success this cannot read (every local account, here): it cannot tell
+    unknown, _ = stack(tmp_path, "account sufficient pam_localuser.so\n" + gate + "\n")
+    assert pam.refused(unknown, ["root", "opal"]) == {}
+
+
+def test_the_listfile_block_goes_after_the_last_account_line_and_comes_out_again(tmp_path):
+    ops = "/etc/security/slurm-operators"
+    block = pam.block(ops, allow_file=ALLOW)
+    assert block[1:3] == [f"account sufficient pam_listfile.so item=user sense=allow onerr=fail file={ops}",
+                          f"account required pam_listfile.so item=user sense=allow onerr=fail file={ALLOW}"]
+    placed = pam.place(DEBIAN_SSHD, block)
+    lines = placed.split("\n")
+    at = lines.index("@include common-account")
+    assert lines[at + 1:at + 5] == block and pam.unplace(placed) == DEBIAN_SSHD
+    assert pam.place(placed, block) == placed
+    # from adopt to listfile and back: one block, replaced
+    adopt = pam.place(placed, BLOCK)
+    assert adopt.count(pam.BEGIN) == 1 and "pam_slurm_adopt" in adopt and pam.place(adopt, block) == placed
+    # a site's own pam_slurm_adopt line stays the site's: listfile's block lays down no second one
+    own = DEBIAN_SSHD + "account required pam_slurm_adopt.so\n"
+    assert pam.unplace(pam.place(own, block)) == own
+    with pytest.raises(ValueError):
+        pam.block(ops)
+    # the stack it makes: the operators admitted, everyone else gated by the allow file
+    for name in ("common-auth", "common-session", "common-password"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "common-account").write_text(DEBIAN_COMMON)
+    lines, problems = pam.account_stack("sshd", pam_dir=str(tmp_path), text=placed)
+    assert problems == [] and [line.module for line in lines][-2:] == ["pam_listfile", "pam_listfile"]
+    operators = ["root", "opal"]
+    assert pam.judge(lines, "listfile", ALLOW, operators, lists={ops: operators}) == ([], [])
+    assert pam.refused(lines, operators, lists={ops: operators}) == {}

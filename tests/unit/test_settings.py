@@ -100,7 +100,8 @@ def test_the_pillar_over_lookup_over_the_family_over_the_defaults(tmp_path):
     ({"ssh_access": None}, "epilog:ssh_access (None) must be one of listfile, adopt, none"),
     ({"ssh_access": ["adopt"]}, "epilog:ssh_access (['adopt']) must be one of"),
     ({"pam_manage": "yes"}, "epilog:pam_manage ('yes') must be true or false"),
-    ({"pam_manage": True}, "epilog:pam_manage is true, but epilog:ssh_access is listfile"),
+    ({"pam_manage": True, "ssh_access": "none"}, "epilog:pam_manage is true, but epilog:ssh_access is none: the "
+     "formula lays down sshd's account lines only under adopt or listfile"),
     ({"pam_manage": True, "ssh_access": "adopt", "pam_operators_file": "/etc/localusers"},
      "epilog:pam_operators_file ('/etc/localusers') is also epilog:ssh_allow_file"),
     ({"pam_adopt_module": "pam_slurm_adopt.so"}, "epilog:pam_adopt_module ('pam_slurm_adopt.so') must be an absolute"),
@@ -137,6 +138,12 @@ def test_a_bad_pillar_is_refused_naming_its_entry(tmp_path, pillar, message):
     with pytest.raises(salt.exceptions.SaltException) as caught:
         render(tmp_path, {"epilog": pillar})
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("access", ["adopt", "listfile"])
+def test_the_formula_owns_sshds_account_lines_under_adopt_and_listfile(tmp_path, access):
+    out = render(tmp_path, {"epilog": {"pam_manage": True, "ssh_access": access}})["settings"]
+    assert out["pam_manage"] is True and out["ssh_access"] == access
 
 
 @pytest.mark.parametrize("metrics_file", ["", None, "/var/lib/prometheus/node-exporter/epilog.prom"])
