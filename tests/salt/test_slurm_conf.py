@@ -49,9 +49,9 @@ def test_clean_refuses_when_it_cannot_tell(node):
         cache = node.base / "spool/conf-cache"
         cache.mkdir()
         (cache / "slurm.conf").write_text(f"Epilog = \"{node.conf_dir}/epilog.sh\"\n")
-        report = node.call("epilog.verify", prefix=alone).data
-        assert f"no slurmd runs here: judged {cache}/slurm.conf (found as configless), which no running slurmd " \
-            "confirmed" in report["notes"], report
+        report = node.call("epilog.verify", "verbose=True", prefix=alone).data
+        assert f"[slurmd-not-running] no slurmd runs here: judged {cache}/slurm.conf (found as configless), which " \
+            "no running slurmd confirmed" in report["warnings"], report
         assert report["slurm_conf"] == [{"file": f"{cache}/slurm.conf", "how": "configless"}], report
         refused = node.call("state.apply", "epilog.clean", prefix=alone)
         assert refused.returncode != 0 and "conf-cache/slurm.conf names" in refused.stdout, refused

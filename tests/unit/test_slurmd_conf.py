@@ -69,13 +69,14 @@ def test_the_slurmd_of_the_chains_spool_is_told_by_its_slurm_conf(tmp_path):
     assert epilog._conf_spool(str(tmp_path / "none")) is None
 
 
-def test_a_slurm_conf_changed_after_slurmd_started_is_a_note(tmp_path):
+def test_a_slurm_conf_changed_after_slurmd_started_is_a_warning(tmp_path):
     """This process stands for slurmd: a file written now is newer than it;
-    a configless cache (slurmd's own to write) never is a note."""
+    a configless cache (slurmd's own to write) never is a warning."""
     conf = tmp_path / "slurm.conf"
     conf.write_text("Epilog=/x\n")
     late = epilog._changed_since_start(str(conf), "-f", os.getpid())
-    assert late and late.startswith(f"{conf} was created or changed at") and "scontrol reconfigure" in late
+    assert late and late.startswith(f"[slurm-conf-changed-since-start] {conf} was created or changed at") \
+        and "scontrol reconfigure" in late
     assert epilog._changed_since_start(str(conf), "configless", os.getpid()) is None
     assert epilog._changed_since_start(str(conf), "-f", None) is None
     old = time.time() - 10 * 365 * 86400
