@@ -81,6 +81,49 @@ def _root_file(path):
     return _trust().root_file(path)
 
 
+# The account slurm-formula (and many sites) gives slurm.conf to
+SLURM_ACCOUNT = "slurm"
+
+
+def conf_trust(uid, mode, regular, placed, slurm_uid):
+    """How far a slurm.conf, or a file it includes, is trusted, from its
+    facts: its owner UID, its MODE, whether it is a REGULAR file, whether it
+    is PLACED in directories only root can write (where it is named and
+    where it resolves to), and the uid of the slurm account (None: no such
+    account). "root": a file only root can write. "slurm": the slurm
+    account's, writable by it alone (saltstack-formulas/slurm-formula lays
+    slurm.conf down so): what it says is what slurmd runs, so it is judged,
+    and the slurm account can run anything as root through Epilog= and
+    Prolog=, which is the site's risk to know (a warning). "untrusted":
+    anything else (another account's, writable by a group or others, not a
+    regular file, or in a directory another account can write): what it
+    says proves nothing. The one rule verify and chain_wired judge every
+    slurm.conf by."""
+    if not regular or not placed or mode & 0o022:
+        return "untrusted"
+    if uid == 0:
+        return "root"
+    if slurm_uid is not None and slurm_uid != 0 and uid == slurm_uid:
+        return "slurm"
+    return "untrusted"
+
+
+def _conf_trust(path):
+    """conf_trust of the file PATH, its facts read from the node."""
+    import pwd  # pylint: disable=import-outside-toplevel
+    try:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+    except (OSError, ValueError):
+        return "untrusted"
+    placed = _root_only(os.path.dirname(os.path.abspath(path))) and _root_only(os.path.dirname(real))
+    try:
+        slurm_uid = pwd.getpwnam(SLURM_ACCOUNT).pw_uid
+    except KeyError:
+        slurm_uid = None
+    return conf_trust(st.st_uid, st.st_mode, stat.S_ISREG(st.st_mode), placed, slurm_uid)
+
+
 def __virtual__():
     if not sys.platform.startswith("linux"):
         return (False, "the epilog module needs Linux (/proc and /tmp/.X11-unix)")
@@ -825,8 +868,9 @@ def chain_wired(slurm_config_dir=None):
             report["known"] = False
             report["unknown"].extend(problems)
         # what another account can write may say anything: it may refuse a
-        # clean, never point one elsewhere
-        trusted = all(_root_file(name) for name in files)
+        # clean, never point one elsewhere (the slurm account's own file is
+        # what slurmd runs: it counts, as verify judges it)
+        trusted = all(_conf_trust(name) != "untrusted" for name in files)
         for key in ("epilog", "prolog"):
             for value in values.get(key, []):
                 # a relative value is Slurm's, in slurm.conf's directory; the
@@ -1019,10 +1063,16 @@ def _judged_confs(settings):
         values, files, conf_problems = parse_slurm_conf(conf)
         problems.extend(conf_problems)
         for name in files:
-            if not _root_file(name):
-                problems.append(f"[slurm-conf-not-root-only] {name}, which slurmd reads, is not a file only root can "
-                                "write: another account could have it name any Epilog=, and what verify reads proves "
-                                "nothing")
+            trust = _conf_trust(name)
+            if trust == "untrusted":
+                problems.append(f"[slurm-conf-not-root-only] {name}, which slurmd reads, is not a file only root (or "
+                                f"the {SLURM_ACCOUNT} account alone) can write: another account could have it name any "
+                                "Epilog=, and what verify reads proves nothing")
+            elif trust == "slurm":
+                warnings.append(f"[slurm-conf-owned-by-slurm] {name}, which slurmd reads, is owned by the "
+                                f"{SLURM_ACCOUNT} account: that account can run anything as root through Epilog= or "
+                                "Prolog= (slurmd runs them as root). Make it root's (chown root) unless the site "
+                                "accepts that (slurm-formula lays slurm.conf down as slurm's)")
         found = {key: items[-1] for key, items in values.items() if key in CONF_KEYS and items}
         found["_epilogs"] = values.get("epilog", [])
         wiring.add((found.get("epilog"), found.get("prolog")))
