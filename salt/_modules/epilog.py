@@ -761,8 +761,11 @@ def _slurmds_confs(settings=None):
             cache = None
             if os.path.islink(link) and _root_only("/run/slurm"):
                 cache = os.path.join("/run/slurm", os.readlink(link), "slurm.conf")
-            if cache is None and settings is not None:
-                cache = os.path.join(settings["slurmd_spool_dir"], "conf-cache", "slurm.conf")
+            # started without -N, slurmd expands %n in its spool before it
+            # knows its name (to nothing): the cache is where it put it
+            spool = _spool(settings["slurmd_spool_dir"], entry["node"] or "") if settings is not None else None
+            if cache is None and spool is not None:
+                cache = os.path.join(spool, "conf-cache", "slurm.conf")
             conf = cache if cache and os.path.exists(cache) else None
         entry["conf"], entry["how"] = _as_slurmd_sees_it(pid, conf), how
     return out
@@ -803,7 +806,9 @@ def _slurm_confs(settings, also=(), running=True):
     candidates += [(os.path.join(directory, "slurm.conf"), "given") for directory in also]
     if running:
         candidates += [(path, "slurmd") for path in _slurmd_conf_paths(settings)]
-    candidates += [(os.path.join(settings["slurmd_spool_dir"], "conf-cache", "slurm.conf"), "configless")]
+    spool = _spool(settings["slurmd_spool_dir"], _host_node())
+    if spool is not None:
+        candidates += [(os.path.join(spool, "conf-cache", "slurm.conf"), "configless")]
     out, seen = [], set()
     for path, how in candidates:
         if path and os.path.normpath(path) not in seen and os.path.lexists(path):
@@ -932,9 +937,10 @@ def _chain_time_problems(settings, chain, conf_found):
     return problems
 
 
-def _conf_problems(settings, chain, conf, found):
+def _conf_problems(settings, chain, conf, found, node):
     """(problems, warnings) of the slurm.conf CONF ({key: last value}:
-    FOUND) that a slurmd reads: does it wire this chain, and how."""
+    FOUND) that the slurmd of node name NODE reads: does it wire this
+    chain, and how."""
     problems, warnings = [], []
     problems.extend(_chain_time_problems(settings, chain, conf_found=found))
     epilog_sh = os.path.join(chain.confdir, chain.runners["epilog"])
@@ -960,9 +966,11 @@ def _conf_problems(settings, chain, conf, found):
                         "Alloc,Contain, or a flag that sets both (Contain, X11, RunInJob): the prolog opens ssh at "
                         "allocation; every allocation needs a step for the last-job check")
     spool = found.get("slurmdspooldir", "/var/spool/slurmd")
-    if os.path.normpath(spool) != os.path.normpath(settings["slurmd_spool_dir"]):
-        problems.append(f"[slurm-conf-spool-dir] {conf} has SlurmdSpoolDir={spool}, but epilog:slurmd_spool_dir is "
-                        f"{settings['slurmd_spool_dir']}")
+    if not _same_spool(spool, settings["slurmd_spool_dir"], node):
+        expanded = [value if _spool(value, node) in (value, None) else f"{value} ({_spool(value, node)} on {node})"
+                    for value in (spool, settings["slurmd_spool_dir"])]
+        problems.append(f"[slurm-conf-spool-dir] {conf} has SlurmdSpoolDir={expanded[0]}, but "
+                        f"epilog:slurmd_spool_dir is {expanded[1]}")
     proctrack = found.get("proctracktype", "proctrack/cgroup")
     if proctrack.lower() != "proctrack/cgroup":
         warnings.append(f"[proctrack-not-cgroup] {conf} has ProctrackType={proctrack}: a daemon a job starts "
@@ -1024,10 +1032,11 @@ def _file_id(path):
 
 
 def _judged_confs(settings):
-    """([(slurm.conf, {key: last value}, how)] verify judges, problems,
-    warnings, info): the slurm.conf each running slurmd reads, as it
-    resolves it (two slurmds on one file: judged once; info says which
-    slurmd reads it); with no slurmd running, the first of today's order
+    """([(slurm.conf, {key: last value}, how, node name)] verify judges,
+    problems, warnings, info): the slurm.conf each running slurmd reads,
+    as it resolves it, and that slurmd's node name (its -N, else this
+    host's; two slurmds on one file: judged once; info says which slurmd
+    reads it); with no slurmd running, the first of today's order
     ($SLURM_CONF, slurm_config_dir, /etc/slurm, the configless cache), with
     a warning that no running slurmd confirmed it.
     A slurm.conf verify did not judge that names another Epilog= than the
@@ -1045,7 +1054,7 @@ def _judged_confs(settings):
         if _file_id(conf) in seen:
             continue
         seen.add(_file_id(conf))
-        judged.append((conf, how, pid))
+        judged.append((conf, how, pid, entry["node"] or _host_node()))
     if not slurmds:
         confs = [(path, how) for path, how in _slurm_confs(settings, running=False)]
         if not confs:
@@ -1054,12 +1063,12 @@ def _judged_confs(settings):
         else:
             path, how = confs[0]
             seen.add(_file_id(path))
-            judged.append((path, how, None))
+            judged.append((path, how, None, _host_node()))
             warnings.append(f"[slurmd-not-running] no slurmd runs here: judged {path} (found as {how}), which no "
                             "running slurmd confirmed")
     out = []
     wiring = set()
-    for conf, how, pid in judged:
+    for conf, how, pid, node in judged:
         values, files, conf_problems = parse_slurm_conf(conf)
         problems.extend(conf_problems)
         for name in files:
@@ -1081,7 +1090,7 @@ def _judged_confs(settings):
             warnings.append(late)
         if pid is not None:
             info.append(f"slurmd {pid} reads {conf} ({_HOW.get(how, how)}): judged")
-        out.append((conf, found, how))
+        out.append((conf, found, how, node))
     for path, how in _slurm_confs(settings, running=False):
         if _file_id(path) in seen or not judged:
             continue
@@ -1288,10 +1297,6 @@ def verify(expect=None, verbose=False):
     if os.path.lexists(settings["run_dir"]) and not _root_only(settings["run_dir"]):
         problems.append(f"[run-dir-not-root-only] {settings['run_dir']} (epilog:run_dir) is not a directory only "
                         "root can write: the epilog cannot trust the job marks there, and asks squeue instead")
-    if not _root_only(settings["slurmd_spool_dir"]):
-        warnings.append(f"[spool-not-root-only] {settings['slurmd_spool_dir']} (epilog:slurmd_spool_dir) is not a "
-                        "directory only root can write (Debian's /var/lib/slurm/slurmd belongs to slurm): the "
-                        "last-job check skips its step sockets and asks pgrep, then squeue")
     try:
         wired = chain_wired()
     except OSError as exc:
@@ -1308,14 +1313,21 @@ def verify(expect=None, verbose=False):
     problems.extend(conf_problems)
     warnings.extend(conf_warnings)
     info.extend(conf_info)
+    # the spool a job end looks in: %n and %h expanded for the node name
+    # slurmd runs as (the first judged slurmd's)
+    spool = _spool(settings["slurmd_spool_dir"], judged[0][3] if judged else _host_node())
+    if spool is None or not _root_only(spool):
+        warnings.append(f"[spool-not-root-only] {spool or settings['slurmd_spool_dir']} (epilog:slurmd_spool_dir) is "
+                        "not a directory only root can write (Debian's /var/lib/slurm/slurmd belongs to slurm): the "
+                        "last-job check skips its step sockets and asks pgrep, then squeue")
     if not judged:
         problems.extend(_chain_time_problems(settings, chain, conf_found={}))
-    for conf, found, how in judged:
+    for conf, found, how, node in judged:
         looked["slurm_conf"].append({"file": conf, "how": how})
-        more_problems, more_warnings = _conf_problems(settings, chain, conf, found)
+        more_problems, more_warnings = _conf_problems(settings, chain, conf, found, node)
         problems.extend(more_problems)
         warnings.extend(more_warnings)
-        container_info, container_warnings = _job_container(conf, found, settings)
+        container_info, container_warnings = _job_container(conf, found, settings, node)
         info.extend(container_info)
         warnings.extend(container_warnings)
     problems_pam, warnings_pam = _ssh_access(settings)
@@ -1344,7 +1356,7 @@ def _answer(problems, warnings, release, verbose, looked):
     return answer
 
 
-def _job_container(conf, found, settings):
+def _job_container(conf, found, settings, node):
     """(info, warnings): what verify says of job_container/tmpfs
     (namespace/tmpfs from 25.11): each job's /tmp and /dev/shm are its
     own, which the chain's parts never see (info); and the BasePath job
@@ -1385,7 +1397,7 @@ def _job_container(conf, found, settings):
                         entries[top].append(name)
                 except OSError:
                     pass
-    spool = settings["slurmd_spool_dir"]
+    spool = _spool(settings["slurmd_spool_dir"], node) or settings["slurmd_spool_dir"]
     if not _root_only(spool):
         return info, [f"[job-container-spool-untrusted] {spool} is not a directory only root can write: which jobs "
                       "run here cannot be told, and BasePath is not checked for stale job directories"]
@@ -1741,16 +1753,47 @@ def _slurmd_view(settings):
     """({SLURMD_NODENAME, SLURM_CONF}, slurmd's pid or 0): what the running
     slurmd would give a job end, its own node name and slurm.conf (a
     configless node's cache when it was started with neither)."""
-    env = {"SLURMD_NODENAME": __grains__.get("host", socket.gethostname().split(".")[0])}  # noqa: F821
+    env = {"SLURMD_NODENAME": _host_node()}
     found = [entry for entry in _slurmds_confs(settings) if entry["conf"] is not None]
+
     # of several slurmds (another cluster's beside this one), the one whose
-    # spool is the chain's (epilog:slurmd_spool_dir: its evidence is there)
-    spool = os.path.normpath(settings["slurmd_spool_dir"])
-    for entry in sorted(found, key=lambda entry: _conf_spool(entry["conf"]) != spool):
+    # spool is the chain's (epilog:slurmd_spool_dir: its evidence is there),
+    # each expanded for that slurmd's node name
+    def theirs(entry):
+        node = entry["node"] or env["SLURMD_NODENAME"]
+        return _same_spool(_conf_spool(entry["conf"]), settings["slurmd_spool_dir"], node)
+
+    for entry in sorted(found, key=lambda entry: not theirs(entry)):
         env["SLURM_CONF"] = entry["conf"]
         env["SLURMD_NODENAME"] = entry["node"] or env["SLURMD_NODENAME"]
         return env, entry["pid"]
     return env, 0
+
+
+def _host_node():
+    """The node name a slurmd started without -N has here, as far as the
+    module tells it: this host's short name (Slurm matches it to a NodeName
+    of slurm.conf; sites keep the two the same)."""
+    return __grains__.get("host") or socket.gethostname().split(".")[0]  # noqa: F821 - a Salt dunder
+
+
+def _spool(value, node):
+    """VALUE (a SlurmdSpoolDir or epilog:slurmd_spool_dir) as the slurmd of
+    node name NODE expands it (%n, %h): the node program's own expansion,
+    which its job ends use. None when it cannot be told."""
+    return _node.system.slurmd_path(value, node)
+
+
+def _same_spool(conf_value, pillar_value, node):
+    """Slurm's SlurmdSpoolDir CONF_VALUE and epilog:slurmd_spool_dir
+    PILLAR_VALUE name one directory for the slurmd of node name NODE: the
+    same words, or the same path once each is expanded."""
+    if conf_value is None:
+        return False
+    if os.path.normpath(conf_value) == os.path.normpath(pillar_value):
+        return True
+    mine, theirs = _spool(pillar_value, node), _spool(conf_value, node)
+    return mine is not None and theirs is not None and os.path.normpath(mine) == os.path.normpath(theirs)
 
 
 def _conf_spool(conf):
