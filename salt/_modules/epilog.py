@@ -81,6 +81,49 @@ def _root_file(path):
     return _trust().root_file(path)
 
 
+# The account slurm-formula (and many sites) gives slurm.conf to
+SLURM_ACCOUNT = "slurm"
+
+
+def conf_trust(uid, mode, regular, placed, slurm_uid):
+    """How far a slurm.conf, or a file it includes, is trusted, from its
+    facts: its owner UID, its MODE, whether it is a REGULAR file, whether it
+    is PLACED in directories only root can write (where it is named and
+    where it resolves to), and the uid of the slurm account (None: no such
+    account). "root": a file only root can write. "slurm": the slurm
+    account's, writable by it alone (saltstack-formulas/slurm-formula lays
+    slurm.conf down so): what it says is what slurmd runs, so it is judged,
+    and the slurm account can run anything as root through Epilog= and
+    Prolog=, which is the site's risk to know (a warning). "untrusted":
+    anything else (another account's, writable by a group or others, not a
+    regular file, or in a directory another account can write): what it
+    says proves nothing. The one rule verify and chain_wired judge every
+    slurm.conf by."""
+    if not regular or not placed or mode & 0o022:
+        return "untrusted"
+    if uid == 0:
+        return "root"
+    if slurm_uid is not None and slurm_uid != 0 and uid == slurm_uid:
+        return "slurm"
+    return "untrusted"
+
+
+def _conf_trust(path):
+    """conf_trust of the file PATH, its facts read from the node."""
+    import pwd  # pylint: disable=import-outside-toplevel
+    try:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+    except (OSError, ValueError):
+        return "untrusted"
+    placed = _root_only(os.path.dirname(os.path.abspath(path))) and _root_only(os.path.dirname(real))
+    try:
+        slurm_uid = pwd.getpwnam(SLURM_ACCOUNT).pw_uid
+    except KeyError:
+        slurm_uid = None
+    return conf_trust(st.st_uid, st.st_mode, stat.S_ISREG(st.st_mode), placed, slurm_uid)
+
+
 def __virtual__():
     if not sys.platform.startswith("linux"):
         return (False, "the epilog module needs Linux (/proc and /tmp/.X11-unix)")
@@ -346,7 +389,7 @@ def schedule_held():
 
 def _schedule_report(settings):
     """What epilog:schedule asks for and what this minion's scheduler holds
-    (its entries of the formula's): (report, notes)."""
+    (its entries of the formula's): (report, warnings)."""
     asked = settings.get("schedule") or {}
     held = __opts__.get("schedule") or {}  # noqa: F821 - a Salt dunder
     entries = {}
@@ -354,23 +397,23 @@ def _schedule_report(settings):
         entry = held.get(name)
         if isinstance(entry, dict):
             entries[name] = {key: entry.get(key) for key in ("function", "seconds", "splay", "kwargs", "enabled")}
-    notes = []
+    warnings = []
     interval = asked.get("interval") or 0
     for name, function in SCHEDULE_ENTRIES.items():
         entry = entries.get(name)
         kwargs = {"kill": asked.get("kill_strays", False)} if name == "epilog-strays" else {}
         if interval and entry is None:
-            notes.append(f"epilog:schedule asks for {function} every {interval} s, and this minion's scheduler "
-                         f"holds no entry {name}: state.apply epilog.schedule on the running salt-minion")
+            warnings.append(f"[schedule-entry-missing] epilog:schedule asks for {function} every {interval} s, "
+                            f"and this minion's scheduler holds no entry {name}: state.apply epilog.schedule")
         elif interval and (entry["seconds"] != interval or entry["function"] != function
                            or entry["splay"] != asked.get("splay") or (entry["kwargs"] or {}) != kwargs
                            or entry.get("enabled") is False):
-            notes.append(f"this minion's schedule entry {name} ({entry}) is not what epilog:schedule asks for "
-                         f"({function} every {interval} s): state.apply epilog.schedule")
+            warnings.append(f"[schedule-entry-differs] this minion's schedule entry {name} ({entry}) is not what "
+                            f"epilog:schedule asks for ({function} every {interval} s): state.apply epilog.schedule")
         elif not interval and entry is not None:
-            notes.append(f"epilog:schedule:interval is 0, and this minion's scheduler still holds {name}: "
-                         "state.apply epilog.schedule takes it out")
-    return {"asked": asked, "entries": entries}, notes
+            warnings.append(f"[schedule-entry-left] epilog:schedule:interval is 0, and this minion's scheduler "
+                            f"still holds {name}: state.apply epilog.schedule takes it out")
+    return {"asked": asked, "entries": entries}, warnings
 
 
 def _between_jobs_record(settings, stage, start, source, parts):
@@ -385,13 +428,33 @@ def _between_jobs_record(settings, stage, start, source, parts):
         record.update_metrics(_trust(), settings["metrics_file"], rec)
 
 
+# What state.sls returns, instead of running, while another state run holds
+# the minion (salt/modules/state.py's running(): the same words on 3006 and
+# 3008)
+_HELD = re.compile(r'The function "[^"]*" is running as PID ([0-9]+) and was started at .*? with jid ([0-9A-Za-z_.-]+)')
+
+
+def _held_by(ret):
+    """(jid, pid) of the state run that holds the minion when RET, what
+    state.sls returned, is Salt's refusal to start another; else None."""
+    for item in ret if isinstance(ret, list) else [ret]:
+        found = _HELD.search(str(item))
+        if found:
+            return found.group(2), int(found.group(1))
+    return None
+
+
 def _render_error(ret):
-    """The message of a state run that did not render: its Jinja error,
-    which names the bad entry on one line (the rest is Salt's context
-    dump)."""
+    """The problem of a state run that did not run: another state run
+    holds the minion, or the state does not render (its Jinja error, which
+    names the bad entry on one line; the rest is Salt's context dump)."""
+    held = _held_by(ret)
+    if held:
+        return (f"[minion-busy] another state run (jid {held[0]}, pid {held[1]}) holds this minion; run verify "
+                "again when it ends")
     text = "\n".join(map(str, ret)) if isinstance(ret, list) else str(ret)
     found = re.search(r"Jinja error: ([^\n]*)", text)
-    return f"the state epilog does not render: {found.group(1) if found else ret}"
+    return f"[state-not-rendering] the state epilog does not render: {found.group(1) if found else ret}"
 
 
 def _managed(preview, chain):
@@ -470,7 +533,8 @@ def parse_slurm_conf(path, _depth=0, _budget=None):
     shown = _plain_text(path)
     budget = [CONF_FILES_MAX] if _budget is None else _budget
     if budget[0] <= 0:
-        return values, files, [f"{shown}: not read, more than {CONF_FILES_MAX} files included in all"]
+        return values, files, [f"[slurm-conf-too-many-files] {shown}: not read, more than {CONF_FILES_MAX} files "
+                               "included in all"]
     budget[0] -= 1
     try:
         # never blocks on a FIFO, never reads a device or more than 4 MiB
@@ -480,7 +544,7 @@ def parse_slurm_conf(path, _depth=0, _budget=None):
         handle = os.open(path, getattr(os, "O_PATH", 0o10000000) | os.O_NOCTTY)
         try:
             if not stat.S_ISREG(os.fstat(handle).st_mode):
-                return values, files, [f"{shown} is not a regular file"]
+                return values, files, [f"[slurm-conf-not-regular] {shown} is not a regular file"]
             fd = os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
         finally:
             os.close(handle)
@@ -489,7 +553,8 @@ def parse_slurm_conf(path, _depth=0, _budget=None):
         finally:
             os.close(fd)
     except (OSError, ValueError) as exc:
-        return values, files, [f"{shown} cannot be read: {getattr(exc, 'strerror', None) or exc}"]
+        return values, files, [f"[slurm-conf-unreadable] {shown} cannot be read: "
+                               f"{getattr(exc, 'strerror', None) or exc}"]
     files.append(path)
     # a trailing backslash continues the line, as Slurm joins them
     text = re.sub(r"\\\n", "", data.decode("utf-8", "replace"))
@@ -505,9 +570,9 @@ def parse_slurm_conf(path, _depth=0, _budget=None):
             found = sorted(glob.glob(target)) if glob.has_magic(target) else [target]
             if not found:
                 named = include.group(1)
-                problems.append(f"{shown}: Include {_plain_text(named)} names no file")
+                problems.append(f"[slurm-conf-include-missing] {shown}: Include {_plain_text(named)} names no file")
             if _depth >= 10:
-                problems.append(f"{shown}: Include nested more than 10 deep")
+                problems.append(f"[slurm-conf-include-too-deep] {shown}: Include nested more than 10 deep")
                 continue
             for name in found:
                 sub_values, sub_files, sub_problems = parse_slurm_conf(name, _depth + 1, budget)
@@ -719,8 +784,11 @@ def _slurmds_confs(settings=None):
             cache = None
             if os.path.islink(link) and _root_only("/run/slurm"):
                 cache = os.path.join("/run/slurm", os.readlink(link), "slurm.conf")
-            if cache is None and settings is not None:
-                cache = os.path.join(settings["slurmd_spool_dir"], "conf-cache", "slurm.conf")
+            # started without -N, slurmd expands %n in its spool before it
+            # knows its name (to nothing): the cache is where it put it
+            spool = _spool(settings["slurmd_spool_dir"], entry["node"] or "") if settings is not None else None
+            if cache is None and spool is not None:
+                cache = os.path.join(spool, "conf-cache", "slurm.conf")
             conf = cache if cache and os.path.exists(cache) else None
         entry["conf"], entry["how"] = _as_slurmd_sees_it(pid, conf), how
     return out
@@ -761,7 +829,9 @@ def _slurm_confs(settings, also=(), running=True):
     candidates += [(os.path.join(directory, "slurm.conf"), "given") for directory in also]
     if running:
         candidates += [(path, "slurmd") for path in _slurmd_conf_paths(settings)]
-    candidates += [(os.path.join(settings["slurmd_spool_dir"], "conf-cache", "slurm.conf"), "configless")]
+    spool = _spool(settings["slurmd_spool_dir"], _host_node())
+    if spool is not None:
+        candidates += [(os.path.join(spool, "conf-cache", "slurm.conf"), "configless")]
     out, seen = [], set()
     for path, how in candidates:
         if path and os.path.normpath(path) not in seen and os.path.lexists(path):
@@ -826,8 +896,9 @@ def chain_wired(slurm_config_dir=None):
             report["known"] = False
             report["unknown"].extend(problems)
         # what another account can write may say anything: it may refuse a
-        # clean, never point one elsewhere
-        trusted = all(_root_file(name) for name in files)
+        # clean, never point one elsewhere (the slurm account's own file is
+        # what slurmd runs: it counts, as verify judges it)
+        trusted = all(_conf_trust(name) != "untrusted" for name in files)
         for key in ("epilog", "prolog"):
             for value in values.get(key, []):
                 # a relative value is Slurm's, in slurm.conf's directory; the
@@ -875,55 +946,60 @@ def _chain_time_problems(settings, chain, conf_found):
             pass
     worst = len(parts) * (int(settings["part_timeout"]) + 2) + 10 + int(settings["squeue_timeout"]) + 1 + 5
     if worst > deadline:
-        problems.append(f"the epilog chain's worst case is {worst} s ({len(parts)} parts x (part_timeout "
-                        f"{settings['part_timeout']} + 2) + 10 for the user's lock + squeue_timeout "
-                        f"{settings['squeue_timeout']} + 1 + 5), "
-                        f"above epilog:chain_timeout {deadline}: the last parts would be cut off")
+        problems.append(f"[chain-worst-case-too-long] the epilog chain's worst case is {worst} s ({len(parts)} "
+                        f"parts x (part_timeout {settings['part_timeout']} + 2) + 10 for the user's lock + "
+                        f"squeue_timeout {settings['squeue_timeout']} + 1 + 5), above epilog:chain_timeout "
+                        f"{deadline}: the last parts would be cut off")
     for key in ("epilogtimeout", "prologepilogtimeout"):
         value = conf_found.get(key, "").strip()
         if value.isdigit():
             if deadline >= int(value):
-                problems.append(f"epilog:chain_timeout ({deadline} s) is not below slurm.conf's {key} ({value} s): "
-                                "slurmd would kill a slow epilog and drain the node")
+                problems.append(f"[chain-timeout-not-below-slurm] epilog:chain_timeout ({deadline} s) is not below "
+                                f"slurm.conf's {key} ({value} s): slurmd would kill a slow epilog and drain the node")
             break
     return problems
 
 
-def _conf_problems(settings, chain, conf, found):
-    """(problems, notes) of the slurm.conf CONF ({key: last value}: FOUND)
-    that a slurmd reads: does it wire this chain, and how."""
-    problems, notes = [], []
+def _conf_problems(settings, chain, conf, found, node):
+    """(problems, warnings) of the slurm.conf CONF ({key: last value}:
+    FOUND) that the slurmd of node name NODE reads: does it wire this
+    chain, and how."""
+    problems, warnings = [], []
     problems.extend(_chain_time_problems(settings, chain, conf_found=found))
     epilog_sh = os.path.join(chain.confdir, chain.runners["epilog"])
+    wrong = None
     if len(set(found["_epilogs"])) > 1:
-        problems.append(f"{conf} gives Epilog= {len(found['_epilogs'])} times ({', '.join(found['_epilogs'])}): "
-                        "Slurm before 24.05 runs only the last; 24.05 and later run each in turn, and one that "
-                        f"fails stops the rest and drains the node (want only Epilog={epilog_sh}; a site's "
-                        "own epilog belongs in epilog.d)")
+        wrong = (f"{conf} gives Epilog= {len(found['_epilogs'])} times ({', '.join(found['_epilogs'])}): Slurm "
+                 "before 24.05 runs only the last; 24.05 and later run each in turn, and one that fails stops the "
+                 f"rest and drains the node (want only Epilog={epilog_sh}; a site's own epilog belongs in epilog.d)")
     elif "epilog" not in found:
-        problems.append(f"{conf} has no Epilog=: the chain never runs (want Epilog={epilog_sh})")
+        wrong = f"{conf} has no Epilog=: the chain never runs (want Epilog={epilog_sh})"
     elif found["epilog"].endswith("*"):
-        problems.append(f"{conf} has Epilog={found['epilog']}: Slurm runs a glob in reverse order (want Epilog={epilog_sh})")
+        wrong = f"{conf} has Epilog={found['epilog']}: Slurm runs a glob in reverse order (want Epilog={epilog_sh})"
     elif os.path.normpath(found["epilog"]) != os.path.normpath(epilog_sh):
-        problems.append(f"{conf} has Epilog={found['epilog']}, not the laid-down {epilog_sh}")
+        wrong = f"{conf} has Epilog={found['epilog']}, not the laid-down {epilog_sh}"
+    if wrong:
+        problems.append(f"[slurm-conf-epilog] {wrong}")
     prolog_sh = os.path.join(chain.confdir, chain.runners["prolog"])
     if os.path.normpath(found.get("prolog", "")) != os.path.normpath(prolog_sh):
-        problems.append(f"{conf} has Prolog={found.get('prolog', '')}, not the laid-down {prolog_sh}")
+        problems.append(f"[slurm-conf-prolog] {conf} has Prolog={found.get('prolog', '')}, not the laid-down "
+                        f"{prolog_sh}")
     if not {"alloc", "contain"} <= prolog_flags(found.get("prologflags", "")):
-        problems.append(f"{conf} has PrologFlags={found.get('prologflags', '')}: want Alloc,Contain, or a flag "
-                        "that sets both (Contain, X11, RunInJob): the prolog opens ssh at allocation; every "
-                        "allocation needs a step for the last-job check")
+        problems.append(f"[slurm-conf-prologflags] {conf} has PrologFlags={found.get('prologflags', '')}: want "
+                        "Alloc,Contain, or a flag that sets both (Contain, X11, RunInJob): the prolog opens ssh at "
+                        "allocation; every allocation needs a step for the last-job check")
     spool = found.get("slurmdspooldir", "/var/spool/slurmd")
-    if os.path.normpath(spool) != os.path.normpath(settings["slurmd_spool_dir"]):
-        problems.append(f"{conf} has SlurmdSpoolDir={spool}, but epilog:slurmd_spool_dir is "
-                        f"{settings['slurmd_spool_dir']}")
+    if not _same_spool(spool, settings["slurmd_spool_dir"], node):
+        expanded = [value if _spool(value, node) in (value, None) else f"{value} ({_spool(value, node)} on {node})"
+                    for value in (spool, settings["slurmd_spool_dir"])]
+        problems.append(f"[slurm-conf-spool-dir] {conf} has SlurmdSpoolDir={expanded[0]}, but "
+                        f"epilog:slurmd_spool_dir is {expanded[1]}")
     proctrack = found.get("proctracktype", "proctrack/cgroup")
     if proctrack.lower() != "proctrack/cgroup":
-        notes.append(f"{conf} has ProctrackType={proctrack}: a daemon a job starts (setsid, double fork) "
-                     "escapes Slurm's tracking and outlives the job; part 40 kills it only after the user's "
-                     "last job here. proctrack/cgroup keeps every process of a job in its cgroup")
-    notes.extend(_job_container_notes(conf, found, settings))
-    return problems, notes
+        warnings.append(f"[proctrack-not-cgroup] {conf} has ProctrackType={proctrack}: a daemon a job starts "
+                        "(setsid, double fork) escapes Slurm's tracking and outlives the job; part 40 kills it only "
+                        "after the user's last job here. proctrack/cgroup keeps every process of a job in its cgroup")
+    return problems, warnings
 
 
 _HOW = {"-f": "its -f", "SLURM_CONF": "SLURM_CONF in its environment", "default": "its build's default path",
@@ -946,7 +1022,7 @@ def _started(pid):
 
 
 def _changed_since_start(conf, how, pid):
-    """A note when slurmd PID's own slurm.conf CONF (not a configless cache,
+    """A warning when slurmd PID's own slurm.conf CONF (not a configless cache,
     which slurmd writes itself) was created or changed after slurmd
     started: what it runs with is what it read then (a default made since
     it started configless is not what it reads at all), until it is
@@ -960,10 +1036,11 @@ def _changed_since_start(conf, how, pid):
         return None
     if started is None or changed <= started + 1:
         return None
-    return (f"{conf} was created or changed at {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(changed))}, after "
-            f"slurmd {pid} started at {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(started))}: slurmd runs "
-            "with what it read when it started (configless, if this file was not there then) until it is "
-            "restarted or reconfigured (scontrol reconfigure)")
+    when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(changed))
+    return (f"[slurm-conf-changed-since-start] {conf} was created or changed at {when}, after slurmd {pid} started "
+            f"at {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(started))}: slurmd runs with what it read when "
+            "it started (configless, if this file was not there then) until it is restarted or reconfigured "
+            "(scontrol reconfigure)")
 
 
 def _file_id(path):
@@ -978,66 +1055,77 @@ def _file_id(path):
 
 
 def _judged_confs(settings):
-    """([(slurm.conf, {key: last value}, how)] verify judges, problems,
-    notes): the slurm.conf each running slurmd reads, as it resolves it
-    (two slurmds on one file: judged once); with no slurmd running, the
-    first of today's order ($SLURM_CONF, slurm_config_dir, /etc/slurm, the
-    configless cache), with a note that no running slurmd confirmed it. A
-    slurm.conf verify did not judge that names another Epilog= than the
-    judged one is a stale file: a note."""
-    problems, notes, judged, seen = [], [], [], set()
+    """([(slurm.conf, {key: last value}, how, node name)] verify judges,
+    problems, warnings, info): the slurm.conf each running slurmd reads,
+    as it resolves it, and that slurmd's node name (its -N, else this
+    host's; two slurmds on one file: judged once; info says which slurmd
+    reads it); with no slurmd running, the first of today's order
+    ($SLURM_CONF, slurm_config_dir, /etc/slurm, the configless cache), with
+    a warning that no running slurmd confirmed it.
+    A slurm.conf verify did not judge that names another Epilog= than the
+    judged one is a stale file: a warning."""
+    problems, warnings, info, judged, seen = [], [], [], [], set()
     slurmds = _slurmds_confs(settings)
     for entry in slurmds:
         pid, conf, how = entry["pid"], entry["conf"], entry["how"]
         if conf is None:
-            problems.append(f"slurmd {pid}: " + (f"{how}: the slurm.conf it reads cannot be told" if how != "configless"
-                            else "runs configless, and no cache of the controller's slurm.conf is here "
-                            "(/run/slurm/conf, slurmd_spool_dir/conf-cache): Epilog= cannot be checked"))
+            why = (f"{how}: the slurm.conf it reads cannot be told" if how != "configless" else
+                   "runs configless, and no cache of the controller's slurm.conf is here (/run/slurm/conf, "
+                   "slurmd_spool_dir/conf-cache): Epilog= cannot be checked")
+            problems.append(f"[slurmd-conf-unknown] slurmd {pid}: {why}")
             continue
         if _file_id(conf) in seen:
             continue
         seen.add(_file_id(conf))
-        judged.append((conf, how, pid))
+        judged.append((conf, how, pid, entry["node"] or _host_node()))
     if not slurmds:
         confs = [(path, how) for path, how in _slurm_confs(settings, running=False)]
         if not confs:
-            problems.append("no slurm.conf found here ($SLURM_CONF, slurm_config_dir, /etc/slurm, the configless "
-                            "cache), and no slurmd runs: Epilog= cannot be checked")
+            problems.append("[slurm-conf-missing] no slurm.conf found here ($SLURM_CONF, slurm_config_dir, "
+                            "/etc/slurm, the configless cache), and no slurmd runs: Epilog= cannot be checked")
         else:
             path, how = confs[0]
             seen.add(_file_id(path))
-            judged.append((path, how, None))
-            notes.append(f"no slurmd runs here: judged {path} (found as {how}), which no running slurmd confirmed")
+            judged.append((path, how, None, _host_node()))
+            warnings.append(f"[slurmd-not-running] no slurmd runs here: judged {path} (found as {how}), which no "
+                            "running slurmd confirmed")
     out = []
     wiring = set()
-    for conf, how, pid in judged:
+    for conf, how, pid, node in judged:
         values, files, conf_problems = parse_slurm_conf(conf)
         problems.extend(conf_problems)
         for name in files:
-            if not _root_file(name):
-                problems.append(f"{name}, which slurmd reads, is not a file only root can write: another account "
-                                "could have it name any Epilog=, and what verify reads proves nothing")
+            trust = _conf_trust(name)
+            if trust == "untrusted":
+                problems.append(f"[slurm-conf-not-root-only] {name}, which slurmd reads, is not a file only root (or "
+                                f"the {SLURM_ACCOUNT} account alone) can write: another account could have it name any "
+                                "Epilog=, and what verify reads proves nothing")
+            elif trust == "slurm":
+                warnings.append(f"[slurm-conf-owned-by-slurm] {name}, which slurmd reads, is owned by the "
+                                f"{SLURM_ACCOUNT} account: that account can run anything as root through Epilog= or "
+                                "Prolog= (slurmd runs them as root). Make it root's (chown root) unless the site "
+                                "accepts that (slurm-formula lays slurm.conf down as slurm's)")
         found = {key: items[-1] for key, items in values.items() if key in CONF_KEYS and items}
         found["_epilogs"] = values.get("epilog", [])
         wiring.add((found.get("epilog"), found.get("prolog")))
+        late = _changed_since_start(conf, how, pid)
+        if late:
+            warnings.append(late)
         if pid is not None:
-            notes.append(f"slurmd {pid} reads {conf} ({_HOW.get(how, how)}): judged")
-            late = _changed_since_start(conf, how, pid)
-            if late:
-                notes.append(late)
-        out.append((conf, found, how))
+            info.append(f"slurmd {pid} reads {conf} ({_HOW.get(how, how)}): judged")
+        out.append((conf, found, how, node))
     for path, how in _slurm_confs(settings, running=False):
         if _file_id(path) in seen or not judged:
             continue
         values, _, _ = parse_slurm_conf(path)
         other = ((values.get("epilog") or [None])[-1], (values.get("prolog") or [None])[-1])
         if other not in wiring:
-            notes.append(f"{path} ({how}) is not the slurm.conf a running slurmd reads, and it gives "
-                         f"Epilog={other[0] or ''} Prolog={other[1] or ''}: a stale file, not judged")
-    return out, problems, notes
+            warnings.append(f"[slurm-conf-stale] {path} ({how}) is not the slurm.conf a running slurmd reads, and it "
+                            f"gives Epilog={other[0] or ''} Prolog={other[1] or ''}: a stale file, not judged")
+    return out, problems, warnings, info
 
 
-def verify(expect=None):
+def verify(expect=None, verbose=False):
     """
     Check, without changing anything, that the epilog chain on this node is
     what the state lays down and that it can run:
@@ -1054,17 +1142,28 @@ def verify(expect=None):
     - ``localusers.backup`` is readable and holds exactly the pillar list;
     - the slurm.conf this node's Slurm reads wires the chain (``Epilog=``,
       ``Prolog=``, ``PrologFlags``, ``SlurmdSpoolDir``, the timeouts), with
-      notes on ``ProctrackType`` and ``job_container/tmpfs``;
+      warnings on ``ProctrackType`` and ``job_container/tmpfs``;
     - sshd's PAM account stack agrees with ``epilog:ssh_access``;
-    - the minion's schedule entries agree with ``epilog:schedule`` (a note).
+    - the minion's schedule entries agree with ``epilog:schedule`` (a
+      warning).
 
-    Returns ``result`` (True when nothing is wrong), ``problems`` in plain
-    words, each naming its file, ``notes``, the ``checked`` paths, the
-    ``release`` id that is current and its ``manifest`` (path: sha256), and
-    the ``schedule`` asked for and the minion's entries of it.
+    Returns ``result`` (True when there is no problem), the ``release`` id
+    that is current, the ``problems`` and the ``warnings``, each a sentence
+    that opens with its code in brackets (``[slurm-conf-epilog] ...``: the
+    codes are listed in docs/releases.md) and names its file. A minion that
+    another state run holds answers ``[minion-busy]``: run it again when
+    that run ends.
 
     expect
-        The release id every node should run: a different one is a problem.
+        The release id (or content digest) every node should run: another
+        one is a problem.
+
+    verbose
+        Also return what was looked at: the release's ``content`` digest
+        and ``manifest`` (path: sha256), the ``checked`` paths, the
+        ``slurm_conf`` files judged, the ``schedule`` asked for and the
+        minion's entries of it, and ``info``, what verify found that is
+        neither a problem nor a warning.
 
     CLI Example:
 
@@ -1072,24 +1171,31 @@ def verify(expect=None):
 
         salt 'slurm-work-*' epilog.verify
         salt 'slurm-work-*' epilog.verify expect=0123456789ab
+        salt 'slurm-work-01' epilog.verify verbose=True
+        salt 'slurm-work-*' epilog.verify | grep -F '[slurm-conf-epilog]'
     """
-    problems, notes = [], []
+    if not isinstance(verbose, bool):
+        raise CommandExecutionError(f"verbose must be True or False, got {verbose!r}")
+    problems, warnings, info = [], [], []
     settings, chain = _settings()
     try:
         status = _release_tool(chain, "status")
     except CommandExecutionError as exc:
-        status = {"problems": [str(exc)]}
+        status = {"problems": [f"[release-tool-failed] {exc}"]}
     if status is None:
-        status = {"problems": [f"{chain.tool} is missing: the chain is not laid down"]}
+        status = {"problems": [f"[chain-not-laid-down] {chain.tool} is missing: the chain is not laid down"]}
     problems.extend(status.get("problems", []))
     release, manifest, content = status.get("release"), status.get("manifest") or {}, status.get("content")
     # The CLI reads an all-digit id as a number (YAML): compare it as one.
     if isinstance(expect, int) and release and release.isdigit():
         expect = release if int(release) == expect or (release[0] == "0" and int(release, 8) == expect) else expect
     if expect is not None and str(expect) not in (release, content):
-        problems.append(f"the current release is {release} (content {content}), not the expected {expect}")
+        problems.append(f"[release-not-expected] the current release is {release} (content {content}), not the "
+                        f"expected {expect}")
     if not os.access(PYTHON, os.X_OK):
-        problems.append(f"{PYTHON} is not installed: every entry point of the chain runs it")
+        problems.append(f"[python-missing] {PYTHON} is not installed: every entry point of the chain runs it")
+    looked = {"content": content, "manifest": manifest, "checked": [], "slurm_conf": [], "schedule": {},
+              "info": info}
     # state.sls(test=True) leaves test=True in the opts it shares with this
     # process's other functions: a rollback after a verify in a minion that
     # runs its jobs in one process would be a preview. Put it back.
@@ -1099,22 +1205,23 @@ def verify(expect=None):
     finally:
         __opts__["test"] = testing  # noqa: F821 - a Salt dunder
     if not isinstance(preview, dict) or not all(isinstance(state, dict) for state in preview.values()):
-        return {"result": False, "problems": [*problems, _render_error(preview)], "notes": notes, "checked": [],
-                "release": release, "manifest": manifest, "content": content}
+        return _answer([*problems, _render_error(preview)], warnings, release, verbose, looked)
     files, dirs = _managed(preview, chain)
+    looked["checked"] = sorted([item["path"] for item in files] + dirs)
     for state in preview.values():
         name, changes = state.get("name"), state.get("changes") or {}
         if state.get("result") is False:
-            problems.append(f"{name}: {state.get('comment')}")
+            problems.append(f"[state-fails] {name}: {state.get('comment')}")
         elif str(state.get("__id__", "")).endswith("release-switch-cmd-run") and state.get("result") is None:
             wanted = name.split(" activate ", 1)[-1].split(" ", 1)[0]
-            problems.append(f"the release the state lays down now ({wanted}) is not current (current: {release})")
+            problems.append(f"[release-not-current] the release the state lays down now ({wanted}) is not current "
+                            f"(current: {release})")
+        elif changes and "pkg" in str(state.get("__id__", "")):
+            problems.append(f"[package-missing] {name} is not installed")
         elif changes:
             what = "is missing" if "newfile" in changes or "directory" in str(changes.get(name, "")) else \
                 f"differs from what the state lays down now ({', '.join(sorted(changes))})"
-            if "pkg" in str(state.get("__id__", "")):
-                what = "is not installed"
-            problems.append(f"{name} {what}")
+            problems.append(f"[managed-differs] {name} {what}")
 
     for item in files:
         path = item["path"]
@@ -1123,34 +1230,36 @@ def verify(expect=None):
         except FileNotFoundError:
             continue  # reported by the preview
         if not stat.S_ISREG(st.st_mode):
-            problems.append(f"{path} is not a regular file ({_node.sweep.kind_of(st)})")
+            problems.append(f"[managed-not-regular] {path} is not a regular file ({_node.sweep.kind_of(st)})")
             continue
         if st.st_uid != 0:
-            problems.append(f"{path} is owned by uid {st.st_uid}, not root")
+            problems.append(f"[managed-not-root] {path} is owned by uid {st.st_uid}, not root")
         if st.st_mode & 0o022:
-            problems.append(f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})")
+            problems.append(f"[managed-writable] {path} is writable by group or others (mode "
+                            f"{stat.S_IMODE(st.st_mode):04o})")
         if item["script"] and not st.st_mode & 0o100:
-            problems.append(f"{path} is not executable")
+            problems.append(f"[script-not-executable] {path} is not executable")
         if item["script"]:
             try:
                 with open(path, "rb") as handle:
                     compile(handle.read(), path, "exec", dont_inherit=True)
             except (OSError, SyntaxError, ValueError) as exc:
-                problems.append(f"{path} does not compile: {exc}")
+                problems.append(f"[script-not-compiling] {path} does not compile: {exc}")
     for path in [*dirs, settings["slurm_config_dir"]]:
         try:
             st = os.lstat(path)
         except FileNotFoundError:
             continue
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
-            problems.append(f"{path} must be a directory owned by root and not writable by group or others")
+            problems.append(f"[managed-dir-not-root-only] {path} must be a directory owned by root and not writable "
+                            "by group or others")
     # What root runs: anyone who can write slurm_config_dir or one of its
     # ancestors can swap the chain, and anyone who can write a site's part
     # runs code as root at the next job end.
     if os.path.isdir(settings["slurm_config_dir"]) and not _root_only(settings["slurm_config_dir"]):
-        problems.append(f"{settings['slurm_config_dir']} (epilog:slurm_config_dir) or one of its ancestors is a "
-                        "symlink, not root's, or writable by another account (and not sticky): that account can "
-                        "replace the chain root runs")
+        problems.append(f"[config-dir-not-root-only] {settings['slurm_config_dir']} (epilog:slurm_config_dir) or one "
+                        "of its ancestors is a symlink, not root's, or writable by another account (and not sticky): "
+                        "that account can replace the chain root runs")
     for stage in chain.site_dirs:
         site_dir = os.path.join(chain.confdir, stage)
         try:
@@ -1166,21 +1275,24 @@ def verify(expect=None):
             except OSError:
                 continue
             if stat.S_ISLNK(st.st_mode):
-                problems.append(f"{path} is a symlink: the runner runs only regular files of root's as site parts "
-                                "(what a link points to may sit where another account can write); it skips it")
+                problems.append(f"[site-part-symlink] {path} is a symlink: the runner runs only regular files of "
+                                "root's as site parts (what a link points to may sit where another account can "
+                                "write); it skips it")
             elif stat.S_ISREG(st.st_mode) and st.st_mode & 0o111 and (st.st_uid != 0 or st.st_mode & 0o022):
-                problems.append(f"{path} is run by root at every job end, but it is owned by uid {st.st_uid} or "
-                                f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}): that account "
-                                "runs code as root; the runner skips it")
+                problems.append(f"[site-part-not-root-only] {path} is run by root at every job end, but it is owned "
+                                f"by uid {st.st_uid} or writable by group or others (mode "
+                                f"{stat.S_IMODE(st.st_mode):04o}): that account runs code as root; the runner skips "
+                                "it")
 
     backup = os.path.join(chain.confdir, chain.localusers)
     try:
         with open(backup, encoding="utf-8", errors="strict") as handle:
             listed = handle.read().splitlines()
         if listed != list(settings["localusers"]):
-            problems.append(f"{backup} does not hold exactly the pillar's localusers {settings['localusers']}: {listed}")
+            problems.append(f"[localusers-backup-differs] {backup} does not hold exactly the pillar's localusers "
+                            f"{settings['localusers']}: {listed}")
     except (OSError, UnicodeDecodeError) as exc:
-        problems.append(f"{backup} is not readable: {exc}")
+        problems.append(f"[localusers-backup-unreadable] {backup} is not readable: {exc}")
     # The guard spares the uid of every listed name: one that does not
     # resolve here might be at a job's uid, so no job end acts on this node.
     import pwd  # pylint: disable=import-outside-toplevel
@@ -1188,13 +1300,13 @@ def verify(expect=None):
         try:
             pwd.getpwnam(name)
         except KeyError:
-            problems.append(f"epilog:localusers names {name!r}, which does not resolve on this node: the guard "
-                            "cannot tell whether a job's uid is theirs, so no job end acts here (make the account, "
-                            "or take the name off the list)")
+            problems.append(f"[localuser-unresolved] epilog:localusers names {name!r}, which does not resolve on this "
+                            "node: the guard cannot tell whether a job's uid is theirs, so no job end acts here (make "
+                            "the account, or take the name off the list)")
 
     if _bound_socket_files() is None:
-        problems.append("the kernel's unix socket diagnostics (NETLINK_SOCK_DIAG) cannot be read: the sweep "
-                        "cannot tell whether an X socket is held, and keeps them all")
+        problems.append("[sock-diag-unreadable] the kernel's unix socket diagnostics (NETLINK_SOCK_DIAG) cannot be "
+                        "read: the sweep cannot tell whether an X socket is held, and keeps them all")
     for key, what in (("log_file", "the parts never open the log"), ("ssh_allow_file", "39 and 50 leave it alone"),
                       ("record_file", "the runner writes no decision record (epilog.report has none)"),
                       ("metrics_file", "the runner writes no metrics")):
@@ -1202,70 +1314,92 @@ def verify(expect=None):
             continue  # metrics_file: none
         directory = os.path.dirname(settings[key]) or "/"
         if not _root_only(directory):
-            problems.append(f"{directory} (epilog:{key}) is not a directory only root can write (it, or an ancestor "
-                            f"that is not sticky, is a symlink, not root's, or writable by group or others): {what}")
+            problems.append(f"[file-dir-not-root-only] {directory} (epilog:{key}) is not a directory only root can "
+                            "write (it, or an ancestor that is not sticky, is a symlink, not root's, or writable by "
+                            f"group or others): {what}")
     if os.path.lexists(settings["run_dir"]) and not _root_only(settings["run_dir"]):
-        problems.append(f"{settings['run_dir']} (epilog:run_dir) is not a directory only root can write: the "
-                        "epilog cannot trust the job marks there, and asks squeue instead")
-    if not _root_only(settings["slurmd_spool_dir"]):
-        notes.append(f"{settings['slurmd_spool_dir']} (epilog:slurmd_spool_dir) is not a directory only root can "
-                     "write (Debian's /var/lib/slurm/slurmd belongs to slurm): the last-job check skips its step "
-                     "sockets and asks pgrep, then squeue")
+        problems.append(f"[run-dir-not-root-only] {settings['run_dir']} (epilog:run_dir) is not a directory only "
+                        "root can write: the epilog cannot trust the job marks there, and asks squeue instead")
     try:
         wired = chain_wired()
     except OSError as exc:
         wired = {"elsewhere": []}
-        problems.append(f"slurm.conf cannot be read for Epilog=/Prolog=: {exc}")
+        problems.append(f"[chain-wired-failed] slurm.conf cannot be read for Epilog=/Prolog=: {exc}")
     for item in wired["elsewhere"]:
-        problems.append(f"{item['conf']} has {item['key']}={item['value']}: slurmd runs the chain in {item['dir']}, "
-                        f"not the one in epilog:slurm_config_dir {settings['slurm_config_dir']} (renamed?), and "
-                        f"that old chain no longer gets the pillar's updates. Point {item['key']}= at "
-                        f"{settings['slurm_config_dir']}/{item['key'].lower()}.sh, run scontrol reconfigure, then "
-                        f"remove the old one: state.apply epilog.clean "
+        problems.append(f"[slurm-conf-old-chain] {item['conf']} has {item['key']}={item['value']}: slurmd runs the "
+                        f"chain in {item['dir']}, not the one in epilog:slurm_config_dir "
+                        f"{settings['slurm_config_dir']} (renamed?), and that old chain no longer gets the pillar's "
+                        f"updates. Point {item['key']}= at {settings['slurm_config_dir']}/{item['key'].lower()}.sh, "
+                        f"run scontrol reconfigure, then remove the old one: state.apply epilog.clean "
                         f"pillar='{{\"epilog_clean\": {{\"slurm_config_dir\": \"{item['dir']}\"}}}}'")
-    judged, conf_problems, conf_notes = _judged_confs(settings)
+    judged, conf_problems, conf_warnings, conf_info = _judged_confs(settings)
     problems.extend(conf_problems)
-    notes.extend(conf_notes)
+    warnings.extend(conf_warnings)
+    info.extend(conf_info)
+    # the spool a job end looks in: %n and %h expanded for the node name
+    # slurmd runs as (the first judged slurmd's)
+    spool = _spool(settings["slurmd_spool_dir"], judged[0][3] if judged else _host_node())
+    if spool is None or not _root_only(spool):
+        warnings.append(f"[spool-not-root-only] {spool or settings['slurmd_spool_dir']} (epilog:slurmd_spool_dir) is "
+                        "not a directory only root can write (Debian's /var/lib/slurm/slurmd belongs to slurm): the "
+                        "last-job check skips its step sockets and asks pgrep, then squeue")
     if not judged:
         problems.extend(_chain_time_problems(settings, chain, conf_found={}))
-    slurm_conf = []
-    for conf, found, how in judged:
-        slurm_conf.append({"file": conf, "how": how})
-        more_problems, more_notes = _conf_problems(settings, chain, conf, found)
+    for conf, found, how, node in judged:
+        looked["slurm_conf"].append({"file": conf, "how": how})
+        more_problems, more_warnings = _conf_problems(settings, chain, conf, found, node)
         problems.extend(more_problems)
-        notes.extend(more_notes)
-    problems_pam, notes_pam = _ssh_access(settings)
+        warnings.extend(more_warnings)
+        container_info, container_warnings = _job_container(conf, found, settings, node)
+        info.extend(container_info)
+        warnings.extend(container_warnings)
+    problems_pam, warnings_pam = _ssh_access(settings)
     problems.extend(problems_pam)
-    notes.extend(notes_pam)
-    schedule, schedule_notes = _schedule_report(settings)
-    notes.extend(schedule_notes)
-    notes.append(_ipc_note(settings))
-
-    return {"result": not problems, "problems": problems, "notes": notes,
-            "checked": sorted([item["path"] for item in files] + dirs), "release": release, "manifest": manifest,
-            "content": content, "schedule": schedule, "slurm_conf": slurm_conf}
+    warnings.extend(warnings_pam)
+    looked["schedule"], schedule_warnings = _schedule_report(settings)
+    warnings.extend(schedule_warnings)
+    info.append(_ipc_note(settings))
+    return _answer(problems, warnings, release, verbose, looked)
 
 
-def _job_container_notes(conf, found, settings):
-    """What verify says of job_container/tmpfs (namespace/tmpfs from 25.11):
-    each job's /tmp and /dev/shm are its own, which the chain's parts never
-    see; and the BasePath job directories that no running job owns."""
+# A problem or warning opens with its code: [lowercase-kebab], then a space
+_CODED = re.compile(r"\[[a-z0-9]+(?:-[a-z0-9]+)*\] ")
+
+
+def _answer(problems, warnings, release, verbose, looked):
+    """verify's answer: result, release, problems and warnings (the few
+    lines a fleet reads), and with VERBOSE what it LOOKED at. A message
+    without a code (from a release tool older than this module) gets
+    [uncoded], so every line can be told by its code."""
+    problems, warnings = ([text if _CODED.match(text) else f"[uncoded] {text}" for text in map(str, texts)]
+                          for texts in (problems, warnings))
+    answer = {"result": not problems, "release": release, "problems": problems, "warnings": warnings}
+    if verbose:
+        answer.update(looked)
+    return answer
+
+
+def _job_container(conf, found, settings, node):
+    """(info, warnings): what verify says of job_container/tmpfs
+    (namespace/tmpfs from 25.11): each job's /tmp and /dev/shm are its
+    own, which the chain's parts never see (info); and the BasePath job
+    directories that no running job owns (warnings)."""
     plugin = (found.get("namespacetype") or found.get("jobcontainertype") or "").strip()
     if plugin.lower() not in ("job_container/tmpfs", "namespace/tmpfs"):
-        return []
-    notes = [f"{conf} has {plugin}: each job's /tmp and /dev/shm are its own, under BasePath, and Slurm removes "
-             "them at the job's end; parts 42 and 45 clean the node's /tmp and /dev/shm (what runs outside a job's "
-             "namespace writes there: an ssh session pam_slurm_adopt did not adopt, a stray), never a job's"]
+        return [], []
+    info = [f"{conf} has {plugin}: each job's /tmp and /dev/shm are its own, under BasePath, and Slurm removes "
+            "them at the job's end; parts 42 and 45 clean the node's /tmp and /dev/shm (what runs outside a job's "
+            "namespace writes there: an ssh session pam_slurm_adopt did not adopt, a stray), never a job's"]
     container_conf = os.path.join(os.path.dirname(conf), "job_container.conf")
     node = socket.gethostname().split(".")[0]
     if not _root_only(os.path.dirname(container_conf)):
-        return [*notes, f"{os.path.dirname(container_conf)} is not a directory only root can write (a configless "
-                        "cache in the spool?): its job_container.conf is not trusted for BasePath, and stale job "
-                        "directories are not looked for"]
+        return info, [f"[job-container-dir-not-root-only] {os.path.dirname(container_conf)} is not a directory only "
+                      "root can write (a configless cache in the spool?): its job_container.conf is not trusted for "
+                      "BasePath, and stale job directories are not looked for"]
     # read as slurm.conf is: never blocking on a FIFO, a regular file only
     values, _, problems = parse_slurm_conf(container_conf)
     if problems:
-        return [*notes, f"{'; '.join(problems)}: BasePath is not checked for stale job directories"]
+        return info, [f"{problem}: BasePath is not checked for stale job directories" for problem in problems]
     bases = [value.replace("%n", node) for value in values.get("basepath", []) if value]
     # BasePath first, then the spool: a job that starts in between is in
     # neither; one that ends in between looks stale only until Slurm removes it
@@ -1286,15 +1420,16 @@ def _job_container_notes(conf, found, settings):
                         entries[top].append(name)
                 except OSError:
                     pass
-    spool = settings["slurmd_spool_dir"]
+    spool = _spool(settings["slurmd_spool_dir"], node) or settings["slurmd_spool_dir"]
     if not _root_only(spool):
-        return [*notes, f"{spool} is not a directory only root can write: which jobs run here cannot be told, and "
-                        "BasePath is not checked for stale job directories"]
+        return info, [f"[job-container-spool-untrusted] {spool} is not a directory only root can write: which jobs "
+                      "run here cannot be told, and BasePath is not checked for stale job directories"]
     try:
         names = os.listdir(spool)
     except OSError as exc:
-        return [*notes, f"{spool} cannot be read ({exc.strerror}): BasePath is not checked for stale job directories"]
-    running = set()
+        return info, [f"[job-container-spool-unreadable] {spool} cannot be read ({exc.strerror}): BasePath is not "
+                      "checked for stale job directories"]
+    running, warnings = set(), []
     for name in names:
         if "_" not in name or "." not in name:
             continue
@@ -1307,15 +1442,16 @@ def _job_container_notes(conf, found, settings):
     for base, entries in listed.items():
         stale = _node.evidence.stale_job_dirs(base, node, entries, running)
         if stale:
-            notes.append(f"{len(stale)} job director{'y' if len(stale) == 1 else 'ies'} under BasePath {base} that "
-                         f"no running job owns (no step of theirs in {spool}), left by a failed launch or "
-                         f"teardown: {', '.join(stale[:20])}{' ...' if len(stale) > 20 else ''}")
-    return notes
+            warnings.append(f"[job-container-stale-dirs] {len(stale)} job director"
+                            f"{'y' if len(stale) == 1 else 'ies'} under BasePath {base} that no running job owns (no "
+                            f"step of theirs in {spool}), left by a failed launch or teardown: "
+                            f"{', '.join(stale[:20])}{' ...' if len(stale) > 20 else ''}")
+    return info, warnings
 
 
 def _ssh_access(settings):
-    """(problems, notes) of sshd's PAM stack under epilog:ssh_access (see
-    epilog_node/pam.py)."""
+    """(problems, warnings) of sshd's PAM stack under epilog:ssh_access
+    (see epilog_node/pam.py)."""
     access = settings.get("ssh_access", "listfile")
     if access == "none":
         return [], []
@@ -1323,19 +1459,20 @@ def _ssh_access(settings):
     service = os.path.join(pam.PAM_DIR, "sshd")
     if not os.path.exists(service):
         if access == "adopt":
-            return [f"epilog:ssh_access is adopt, but {service} is missing: pam_slurm_adopt governs no ssh login"], []
-        return [f"[pam-listfile-missing] epilog:ssh_access is listfile, but {service} is missing (libpam gives sshd "
-                f"the stack of {pam.PAM_DIR}/other): the lines prolog 50 adds to epilog:ssh_allow_file and part 39 "
-                "removes govern no ssh login; lay the file down with the line '"
-                f"{pam.ALLOW_LINE % settings['ssh_allow_file']}' after its account lines, or set epilog:ssh_access "
-                "none where the site governs ssh itself"], []
+            why = "pam_slurm_adopt governs no ssh login"
+        else:
+            why = (f"libpam gives sshd the stack of {pam.PAM_DIR}/other, so the lines prolog 50 adds to "
+                   "epilog:ssh_allow_file and part 39 removes govern no ssh login; lay the file down with the line "
+                   f"'{pam.ALLOW_LINE % settings['ssh_allow_file']}' after its account lines, or set "
+                   "epilog:ssh_access none where the site governs ssh itself")
+        return [f"[pam-sshd-missing] epilog:ssh_access is {access}, but {service} is missing: {why}"], []
     lines, problems = pam.account_stack("sshd")
-    judged, notes = pam.judge(lines, access, settings["ssh_allow_file"], settings["localusers"])
+    judged, warnings = pam.judge(lines, access, settings["ssh_allow_file"], settings["localusers"])
     for line in lines:
         if line.module in (pam.ADOPT, pam.LISTFILE) and not _pam_module_found(line.path):
-            judged.append(f"{line!r}: {line.path} is not on this node: libpam fails a {line.control} line whose "
-                          "module is missing, and denies every login, root's too")
-    return problems + judged, notes
+            judged.append(f"[pam-module-missing] {line!r}: {line.path} is not on this node: libpam fails a "
+                          f"{line.control} line whose module is missing, and denies every login, root's too")
+    return problems + judged, warnings
 
 
 # where libpam looks for a module named without a directory
@@ -1751,16 +1888,47 @@ def _slurmd_view(settings):
     """({SLURMD_NODENAME, SLURM_CONF}, slurmd's pid or 0): what the running
     slurmd would give a job end, its own node name and slurm.conf (a
     configless node's cache when it was started with neither)."""
-    env = {"SLURMD_NODENAME": __grains__.get("host", socket.gethostname().split(".")[0])}  # noqa: F821
+    env = {"SLURMD_NODENAME": _host_node()}
     found = [entry for entry in _slurmds_confs(settings) if entry["conf"] is not None]
+
     # of several slurmds (another cluster's beside this one), the one whose
-    # spool is the chain's (epilog:slurmd_spool_dir: its evidence is there)
-    spool = os.path.normpath(settings["slurmd_spool_dir"])
-    for entry in sorted(found, key=lambda entry: _conf_spool(entry["conf"]) != spool):
+    # spool is the chain's (epilog:slurmd_spool_dir: its evidence is there),
+    # each expanded for that slurmd's node name
+    def theirs(entry):
+        node = entry["node"] or env["SLURMD_NODENAME"]
+        return _same_spool(_conf_spool(entry["conf"]), settings["slurmd_spool_dir"], node)
+
+    for entry in sorted(found, key=lambda entry: not theirs(entry)):
         env["SLURM_CONF"] = entry["conf"]
         env["SLURMD_NODENAME"] = entry["node"] or env["SLURMD_NODENAME"]
         return env, entry["pid"]
     return env, 0
+
+
+def _host_node():
+    """The node name a slurmd started without -N has here, as far as the
+    module tells it: this host's short name (Slurm matches it to a NodeName
+    of slurm.conf; sites keep the two the same)."""
+    return __grains__.get("host") or socket.gethostname().split(".")[0]  # noqa: F821 - a Salt dunder
+
+
+def _spool(value, node):
+    """VALUE (a SlurmdSpoolDir or epilog:slurmd_spool_dir) as the slurmd of
+    node name NODE expands it (%n, %h): the node program's own expansion,
+    which its job ends use. None when it cannot be told."""
+    return _node.system.slurmd_path(value, node)
+
+
+def _same_spool(conf_value, pillar_value, node):
+    """Slurm's SlurmdSpoolDir CONF_VALUE and epilog:slurmd_spool_dir
+    PILLAR_VALUE name one directory for the slurmd of node name NODE: the
+    same words, or the same path once each is expanded."""
+    if conf_value is None:
+        return False
+    if os.path.normpath(conf_value) == os.path.normpath(pillar_value):
+        return True
+    mine, theirs = _spool(pillar_value, node), _spool(conf_value, node)
+    return mine is not None and theirs is not None and os.path.normpath(mine) == os.path.normpath(theirs)
 
 
 def _conf_spool(conf):

@@ -10,7 +10,8 @@
       target    the minions (required)
       tgt_type  glob (default), list, pcre, grain, compound, nodegroup, ...
       batch     nodes per batch after the canary: a whole number, or 'N%' of
-                the targeted nodes (default 1)
+                the responding nodes after the canary, at least one
+                (default '10%')
       canary    the first node, alone (default: the first responding minion)
       name      the checkpoint name (default rollout-<time>-<random>): give
                 the same name to run a stopped rollout again, and a rollback
@@ -23,8 +24,19 @@
       of the apply or the verify, epilog.rollback checkpoint=NAME switches
       that batch back to exactly its checkpoint (nothing, where the apply
       never switched), and no later batch starts: they stay on their old
-      release. test=True previews it all: every node's state.apply test=True
-      and the batches, without the checkpoints' or rollbacks' effects. #}
+      release. A node that does not answer when its batch comes (it answered
+      when the plan was made) fails that batch's first step, named in its
+      comment, and stops the rollout there. test=True previews it all: every
+      node's state.apply test=True and the batches, without the checkpoints'
+      or rollbacks' effects.
+
+    As each batch ends, an event on the master's bus says so: tag
+    epilog/rollout/<name>/batch-<i>, data {rollout, batch, batches, nodes,
+    result: verified or failed, next}; each node's verify answer (result,
+    release, problems, warnings) comes just before it, as its job return
+    (salt/job/<jid>/ret/<node>). salt-run state.orchestrate prints nothing
+    until the whole run returns; watch them from another shell:
+      salt-run state.event 'epilog/rollout/*' pretty=True #}
 {%- set tplroot = tpldir.split('/')[0] %}
 {%- import_yaml tplroot ~ "/defaults.yaml" as defaults %}
 {%- from tplroot ~ "/strict.jinja" import refuse_unknown %}
@@ -75,9 +87,10 @@
 
 epilog-rollout-plan:
   test.show_notification:
-    - text: {{ ('rollout %s of the epilog chain: canary %s, then %d batch(es) of up to %d: %s%s'
+    - text: {{ ('rollout %s of the epilog chain: canary %s, then %d batch(es) of up to %d: %s (batch: %s)%s; '
+                 'each batch, as it ends, fires the event epilog/rollout/%s/batch-<i>'
                 | format(name, canary, batches | length - 1, size, batches[1:] | map('join', ',') | join(' | ') or 'none',
-                         '; not responding, left out: ' ~ (down | join(', ')) if down else '')) | json }}
+                         batch, '; not responding, left out: ' ~ (down | join(', ')) if down else '', name)) | json }}
 
 {%- for nodes in batches %}
 {%-   set i = loop.index0 %}
@@ -132,6 +145,33 @@ epilog-rollout-plan:
     - expect_minions: True
     - require:
       - salt: {{ step }}apply
+
+{#- As the batch ends, an event on the master's bus says so (salt-run
+    state.orchestrate prints nothing until the whole run returns): verified,
+    or failed (at any step; the batch before it verified). #}
+{%-   for outcome in ['verified', 'failed'] %}
+
+{{ step }}{{ outcome }}-event:
+  salt.runner:
+    - name: event.send
+    - tag: epilog/rollout/{{ name }}/batch-{{ i }}
+    - data: {{ {'rollout': name, 'batch': i, 'batches': batches | length, 'nodes': nodes, 'result': outcome,
+                'next': batches[i + 1] if i + 1 < batches | length else []} | json }}
+    - require:
+{%-     if outcome == 'verified' %}
+      - salt: {{ step }}verify
+{%-     elif i > 0 %}
+      - salt: epilog-rollout-{{ i - 1 }}-verify
+{%-     else %}
+      - test: epilog-rollout-plan
+{%-     endif %}
+{%-     if outcome == 'failed' %}
+    - onfail:
+{%-       for failing in ['saltutil.sync_modules', 'saltutil.refresh_pillar', 'checkpoint', 'apply', 'verify'] %}
+      - salt: {{ step }}{{ failing }}
+{%-       endfor %}
+{%-     endif %}
+{%-   endfor %}
 {%-   if not opts.get('test') %}
 
 {#- onfail: after a failed apply or verify; it requires the checkpoint, so a

@@ -9,9 +9,11 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -363,3 +365,75 @@ def test_11_strays_answer_from_every_node_and_the_report_counts_them(fleet):
     finally:
         end(proc)
         end(operator)
+
+
+def test_12_the_default_rollout_reports_each_batch_as_it_ends_and_stops_at_a_node_that_stops_answering(
+        fleet, event_listener):
+    """The default batch is 10% of the nodes after the canary, at least one:
+    here one node per batch. As each batch ends, before the next starts, an
+    event on the master's bus says so (salt-run state.orchestrate prints
+    nothing until the end), each node's short verify answer just before it.
+    slurm-work-03 answers when the plan is made, and stops answering (its
+    processes stopped) once the canary's batch has ended: its batch fails at
+    its first step, naming it, and the rollout stops there, 03 on its old
+    release."""
+    import psutil  # pylint: disable=import-outside-toplevel
+
+    for minion in MINIONS:
+        fleet.write_pillar(minion, part_timeout=17)
+        wire(fleet, minion)
+    before = {m: fleet.current(m) for m in MINIONS}
+    name = "batches-as-they-end"
+    start = time.time()
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.update(
+        ret=fleet.rollout(target="slurm-work-*", canary="slurm-work-01", name=name)))
+    thread.start()
+    master = fleet.master.id
+    stopped = []
+    try:
+        first = event_listener.wait_for_events([(master, f"epilog/rollout/{name}/batch-0")], timeout=300,
+                                               after_time=start)
+        assert first.found_all_events, "no event at the end of the canary's batch"
+        node03 = psutil.Process(fleet.minions[2].pid)
+        stopped = [node03, *node03.children(recursive=True)]
+        for proc in stopped:
+            proc.send_signal(signal.SIGSTOP)
+        thread.join(timeout=600)
+        assert not thread.is_alive()
+        # (the listener keeps an event 120 s: read them at once; the last
+        # reaches it through the master's engine a moment after the run ends)
+        ended = event_listener.wait_for_events([(master, f"epilog/rollout/{name}/batch-{i}") for i in range(3)],
+                                               timeout=60, after_time=start)
+        events = {event.tag.rsplit("/", 1)[1]: event for event in ended.matches}
+        starts = {tuple(event.data["tgt"]): event.stamp for event in event_listener.get_events(
+            [(master, "salt/run/*/args")], after_time=start) if event.data.get("name") == "saltutil.sync_modules"}
+        answers = {event.data["id"]: event for event in event_listener.get_events(
+            [(master, "salt/job/*/ret/*")], after_time=start) if event.data.get("fun") == "epilog.verify"}
+    finally:
+        for proc in stopped:
+            proc.send_signal(signal.SIGCONT)
+        thread.join(timeout=600)
+    rc, states = outcome["ret"]
+    assert rc != 0, states
+    plan = states["epilog-rollout-plan"]["comment"]
+    assert "canary slurm-work-01, then 2 batch(es) of up to 1: slurm-work-02 | slurm-work-03 (batch: 10%)" in plan, plan
+    stop = states["epilog-rollout-2-saltutil.sync_modules"]
+    assert stop["result"] is False and "slurm-work-03" in stop["comment"], stop
+    assert not any(states[f"epilog-rollout-2-{step}"].get("changes") for step in ("checkpoint", "apply")), states
+    assert fleet.current("slurm-work-03") == before["slurm-work-03"]
+    assert all(fleet.current(m) != before[m] for m in ("slurm-work-01", "slurm-work-02"))
+
+    assert sorted(events) == ["batch-0", "batch-1", "batch-2"], sorted(events)
+    for i, minion in enumerate(MINIONS):
+        data = events[f"batch-{i}"].data
+        assert (data["rollout"], data["batch"], data["batches"], data["nodes"]) == (name, i, 3, [minion]), data
+        assert data["result"] == ("failed" if minion == "slurm-work-03" else "verified"), data
+    for minion in ("slurm-work-01", "slurm-work-02"):
+        answer = answers[minion].data["return"]
+        assert sorted(answer) == ["problems", "release", "result", "warnings"] and answer["result"] is True, answer
+    assert "slurm-work-03" not in answers
+    # in the order they happened: a batch's verify answers, its event, then the next batch's start
+    assert answers["slurm-work-01"].stamp <= events["batch-0"].stamp < starts[("slurm-work-02",)] \
+        < answers["slurm-work-02"].stamp <= events["batch-1"].stamp < starts[("slurm-work-03",)] \
+        < events["batch-2"].stamp, (events, starts, answers)

@@ -34,7 +34,8 @@ from tests.salt.conftest import Minion, Node
 def test_verify_passes_on_a_fresh_apply_and_changes_nothing(node):
     node.apply()
     before = node.snapshot()
-    report = node.run("verify")
+    assert sorted(node.run("verify")) == ["problems", "release", "result", "warnings"]
+    report = node.run("verify", verbose=True)
     assert report["result"] is True, report["problems"]
     assert str(node.release / "epilog.d/39-lastuserjob-ssh") in report["checked"]
     assert report["release"] == node.release.name
@@ -45,9 +46,62 @@ def test_verify_passes_on_a_fresh_apply_and_changes_nothing(node):
     # the content digest answers too: equal on every node with equal files
     assert report["content"] and node.run("verify", expect=report["content"])["result"] is True
     wrong = node.run("verify", expect="0123456789ab")
-    assert (f"the current release is {node.release.name} (content {report['content']}), not the expected "
-            "0123456789ab") in wrong["problems"]
+    assert (f"[release-not-expected] the current release is {node.release.name} (content {report['content']}), "
+            "not the expected 0123456789ab") in wrong["problems"]
     assert node.snapshot() == before
+
+
+def test_verifys_answer_on_a_healthy_node_fits_thirty_lines_and_verbose_has_the_rest(node):
+    """What a fleet reads: a healthy node's answer, rendered by Salt's
+    default (nested) outputter as `salt '*' epilog.verify` prints it, is at
+    most 30 lines; verbose=True gives the same four keys and what verify
+    looked at. Every problem and warning opens with its code."""
+    import salt.output  # pylint: disable=import-outside-toplevel
+
+    node.apply()
+    report = node.run("verify")
+    assert report["result"] is True and sorted(report) == ["problems", "release", "result", "warnings"], report
+    opts = dict(node.minion.loaders.opts, color=False)
+    printed = salt.output.string_format({"slurm-work-17": report}, "nested", opts)
+    assert len(printed.splitlines()) <= 30, printed
+    assert "release:" in printed and report["release"] in printed, printed
+    assert all(re.match(r"\[[a-z0-9-]+\] ", text) for text in report["warnings"]), report["warnings"]
+    verbose = node.run("verify", verbose=True)
+    assert {key: verbose[key] for key in report} == report
+    assert {"content", "manifest", "checked", "slurm_conf", "schedule", "info"} <= set(verbose), sorted(verbose)
+    assert str(node.conf_dir / "slurm.conf") in [entry["file"] for entry in verbose["slurm_conf"]], verbose
+    assert any("kernel.shm_rmid_forced" in line for line in verbose["info"]), verbose["info"]
+    assert len(salt.output.string_format({"slurm-work-17": verbose}, "nested", opts).splitlines()) > 100
+    with pytest.raises(CommandExecutionError, match="verbose must be True or False"):
+        node.run("verify", verbose="yes")
+
+
+def test_verify_on_a_minion_another_state_run_holds_says_so(node):
+    """A state run in progress on the minion, as Salt records one (its job
+    file in the cachedir's proc/, naming a live process whose command line
+    says salt): verify cannot run the state's preview, and says why, with
+    the run's jid and pid, instead of "does not render"."""
+    import salt.payload  # pylint: disable=import-outside-toplevel
+
+    node.apply()
+    holder = subprocess.Popen(["/usr/bin/python3", "-c", "import sys; sys.stdin.read()", "salt-minion-job"],
+                              stdin=subprocess.PIPE)
+    proc_dir = Path(node.minion.loaders.opts["cachedir"]) / "proc"
+    proc_dir.mkdir(parents=True, exist_ok=True)
+    jid = "20261205101500123456"
+    job = proc_dir / jid
+    try:
+        job.write_bytes(salt.payload.dumps({"fun": "state.apply", "pid": holder.pid, "jid": jid, "arg": [],
+                                            "tgt": "slurm-work-17", "user": "root"}))
+        report = node.minion("epilog.verify")
+        assert report["result"] is False, report
+        assert report["problems"] == [f"[minion-busy] another state run (jid {jid}, pid {holder.pid}) holds this "
+                                      "minion; run verify again when it ends"], report
+    finally:
+        job.unlink(missing_ok=True)
+        holder.stdin.close()
+        holder.wait(timeout=10)
+    assert not any(p.startswith("[minion-busy]") for p in node.minion("epilog.verify")["problems"])
 
 
 def test_verify_names_a_hand_edited_part(node):
@@ -146,10 +200,11 @@ def test_verify_reports_a_log_directory_another_account_can_write(node):
         problems = node.run("verify")["problems"]
     finally:
         shutil.chown(node.base, "root", "root")
-    assert problems == [f"the state epilog does not render: epilog:log_file ('{node.base}/epilog.log'): {node.base} "
-                        "is a symlink, not owned by root, or writable by its group or others (uid 64030, mode 40755); "
-                        "the epilog runs as root and writes only where no other account can plant a symlink: choose a "
-                        "directory only root can write, e.g. /var/log/slurm-epilog"], problems
+    assert problems == [f"[state-not-rendering] the state epilog does not render: epilog:log_file "
+                        f"('{node.base}/epilog.log'): {node.base} is a symlink, not owned by root, or writable by its "
+                        "group or others (uid 64030, mode 40755); the epilog runs as root and writes only where no "
+                        "other account can plant a symlink: choose a directory only root can write, e.g. "
+                        "/var/log/slurm-epilog"], problems
 
 
 def test_verify_names_a_missing_python(node):
@@ -220,8 +275,9 @@ def test_the_module_answers_right_after_the_first_apply(salt_factories, accounts
         ret = fresh.call("state.apply", "epilog")
         assert ret.returncode == 0 and ret.states["epilog-module-saltutil-sync_modules"]["changes"], ret
         report = fresh.call("epilog.verify")
-        assert report.data["problems"] == ["no slurm.conf found here ($SLURM_CONF, slurm_config_dir, /etc/slurm, the "
-                                           "configless cache), and no slurmd runs: Epilog= cannot be checked"] or \
+        assert report.data["problems"] == ["[slurm-conf-missing] no slurm.conf found here ($SLURM_CONF, "
+                                           "slurm_config_dir, /etc/slurm, the configless cache), and no slurmd runs: "
+                                           "Epilog= cannot be checked"] or \
             report.data["result"] is True or all("slurm.conf" in p for p in report.data["problems"]), report
         extmods = sorted(Path(fresh.minion.config_dir).parent.rglob("extmods/modules"))
         assert extmods and (extmods[0] / "epilog.py").is_file(), "the module was not synced"
@@ -253,7 +309,8 @@ def test_rollback_switches_to_exactly_the_previous_release_and_back(node):
     assert (node.conf_dir / "localusers.backup").read_text() == "root\n"
     assert {p: p.read_bytes() for p in first.rglob("*") if p.is_file()} == first_files, "the release must be exact"
     problems = node.run("verify")["problems"]
-    assert f"the release the state lays down now ({second.name}) is not current (current: {first.name})" in problems
+    assert f"[release-not-current] the release the state lays down now ({second.name}) is not current (current: " \
+        f"{first.name})" in problems
     # a second rollback rolls forward again, and a third back
     assert node.run("rollback")["to"] == second.name and node.release == second
     assert node.run("rollback")["to"] == first.name and node.release == first
@@ -426,7 +483,8 @@ def test_a_renamed_slurm_config_dir_is_reported_until_the_old_chain_is_unwired_a
     assert (new / "epilog.sh").exists() and (old / "epilog.sh").exists(), "the old chain slurmd runs must stay"
     report = node.run("verify")
     assert report["result"] is False, report
-    assert any(p.startswith(f"{new}/slurm.conf has Epilog={old}/epilog.sh: slurmd runs the chain in {old}")
+    assert any(p.startswith(f"[slurm-conf-old-chain] {new}/slurm.conf has Epilog={old}/epilog.sh: slurmd runs the "
+                            f"chain in {old}")
                for p in report["problems"]), report["problems"]
     # cleaning the old directory refuses while a slurm.conf names it
     clean_old = {"epilog_clean": {"slurm_config_dir": str(old)}}
@@ -734,7 +792,7 @@ def test_an_apply_repairs_the_current_release_and_clears_leftovers(node):
     leftover.write_text("half a copy")
     os.chmod(leftover, 0o600)
     problems = node.run("verify")["problems"]
-    assert f"{leftover} is not in the release's manifest" in problems, problems
+    assert f"[release-drift] {leftover} is not in the release's manifest" in problems, problems
     node.apply()
     assert node.release == release and not leftover.exists()
     assert node.run("verify")["result"] is True

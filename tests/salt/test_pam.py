@@ -87,7 +87,7 @@ def test_epilog_pam_refuses_a_listfile_stack_a_sufficient_line_would_skip(node):
 
 @pytest.mark.parametrize("access, sshd, code", [
     ("listfile", "", "[pam-listfile-missing]"),
-    ("listfile", None, "[pam-listfile-missing]"),  # no /etc/pam.d/sshd at all: libpam reads other
+    ("listfile", None, "[pam-sshd-missing]"),  # no /etc/pam.d/sshd at all: libpam reads other
     ("listfile", "{gate}", None),
     ("listfile", "{gate:sufficient}", "[pam-listfile-not-gating]"),
     ("listfile", "account sufficient pam_localuser.so\n{gate}", "[pam-listfile-bypassed]"),
@@ -108,7 +108,7 @@ def test_verify_fails_under_listfile_until_sshd_consults_the_allow_file(node, ac
     found = pam_problems(report)
     assert [p[:p.index("]") + 1] for p in found] == ([code] if code else []), found
     assert report["result"] is (code is None), report["problems"]
-    if code in ("[pam-listfile-missing]", "[pam-listfile-not-gating]"):
+    if code in ("[pam-listfile-missing]", "[pam-listfile-not-gating]", "[pam-sshd-missing]"):
         assert gate.strip() in found[0] and ("epilog:pam_manage: true" in found[0] or sshd is None), found[0]
 
 

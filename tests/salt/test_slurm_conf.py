@@ -1,6 +1,9 @@
 """slurm.conf read the way Slurm reads it, by epilog.verify and epilog.clean
 on a node laid down by the real state (the node fixture); the parser's
 table of the forms Slurm accepts is in tests/unit."""
+import os
+import pwd
+
 import pytest
 
 from tests.helpers import RELEASES, mount_namespace
@@ -49,9 +52,9 @@ def test_clean_refuses_when_it_cannot_tell(node):
         cache = node.base / "spool/conf-cache"
         cache.mkdir()
         (cache / "slurm.conf").write_text(f"Epilog = \"{node.conf_dir}/epilog.sh\"\n")
-        report = node.call("epilog.verify", prefix=alone).data
-        assert f"no slurmd runs here: judged {cache}/slurm.conf (found as configless), which no running slurmd " \
-            "confirmed" in report["notes"], report
+        report = node.call("epilog.verify", "verbose=True", prefix=alone).data
+        assert f"[slurmd-not-running] no slurmd runs here: judged {cache}/slurm.conf (found as configless), which " \
+            "no running slurmd confirmed" in report["warnings"], report
         assert report["slurm_conf"] == [{"file": f"{cache}/slurm.conf", "how": "configless"}], report
         refused = node.call("state.apply", "epilog.clean", prefix=alone)
         assert refused.returncode != 0 and "conf-cache/slurm.conf names" in refused.stdout, refused
@@ -71,3 +74,29 @@ def test_verify_reads_includes_and_quotes_and_the_last_value(node):
     conf.write_text(conf.read_text() + "Include late.conf\n")
     problems = "\n".join(node.run("verify")["problems"])
     assert "gives Epilog= 2 times" in problems, problems
+
+
+def test_a_slurm_conf_of_the_slurm_accounts_alone_is_a_warning_any_other_a_problem(node):
+    """slurm-formula lays slurm.conf down as slurm:root 0644: verify judges
+    it (the chain is wired) and warns that the slurm account can run
+    anything as root; writable by its group, or another account's, it is a
+    problem, and what it says proves nothing."""
+    node.apply()
+    conf = node.conf_dir / "slurm.conf"
+    slurm = pwd.getpwnam("slurm")
+    os.chown(conf, slurm.pw_uid, 0)
+    os.chmod(conf, 0o644)
+    report = node.run("verify")
+    assert report["result"] is True, report["problems"]
+    assert [w for w in report["warnings"] if w.startswith("[slurm-conf-owned-by-slurm]")] == [
+        f"[slurm-conf-owned-by-slurm] {conf}, which slurmd reads, is owned by the slurm account: that account can run "
+        "anything as root through Epilog= or Prolog= (slurmd runs them as root). Make it root's (chown root) unless "
+        "the site accepts that (slurm-formula lays slurm.conf down as slurm's)"], report["warnings"]
+    os.chmod(conf, 0o664)
+    problems = node.run("verify")["problems"]
+    assert any(p.startswith(f"[slurm-conf-not-root-only] {conf}, which slurmd reads") for p in problems), problems
+    os.chmod(conf, 0o644)
+    os.chown(conf, pwd.getpwnam("nobody").pw_uid, 0)
+    report = node.run("verify")
+    assert report["result"] is False and any(p.startswith("[slurm-conf-not-root-only]") for p in report["problems"])
+    assert not any(w.startswith("[slurm-conf-owned-by-slurm]") for w in report["warnings"]), report

@@ -29,10 +29,12 @@ def test_a_jobs_own_tmp_is_slurms_and_verify_names_a_stale_job_directory(tmpfs_s
         wait_for((base / HOST / running).is_dir, 60, what=f"job {running}'s directory")
         minion = Minion(salt_factories, tmp_path / "minion")
         minion.set_pillar(slurm.chain.pillar(localusers=["root", OPERATOR]))
-        notes = "\n".join(minion("epilog.verify")["notes"])
-        assert "has job_container/tmpfs: each job's /tmp and /dev/shm are its own" in notes, notes
-        assert f"1 job directory under BasePath {base} that no running job owns" in notes, notes
-        assert str(stale) in notes and f"{base / HOST / running}" not in notes, notes
+        report = minion("epilog.verify", verbose=True)
+        info, warnings = "\n".join(report["info"]), "\n".join(report["warnings"])
+        assert "has job_container/tmpfs: each job's /tmp and /dev/shm are its own" in info, info
+        assert f"[job-container-stale-dirs] 1 job directory under BasePath {base} that no running job owns" \
+            in warnings, warnings
+        assert str(stale) in warnings and f"{base / HOST / running}" not in warnings, warnings
     finally:
         slurm.cmd("scancel", running)
         slurm.wait_epilog_end(running)

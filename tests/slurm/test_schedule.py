@@ -114,11 +114,11 @@ def test_the_minions_scheduler_kills_a_stray_and_keeps_a_running_job(slurm, sche
         assert between["strays_looks"]["schedule"] >= 1 and between["sweeps"]["schedule"] >= 1, report
         assert between["stray_processes_killed"] >= 1, report
 
-        verified = call("epilog.verify")
+        verified = call("epilog.verify", "verbose=True")
         entries = verified.data["schedule"]["entries"]
         assert entries["epilog-strays"]["function"] == "epilog.strays" and entries["epilog-strays"]["seconds"] == \
             INTERVAL and entries["epilog-strays"]["kwargs"] == {"kill": True}, verified.data["schedule"]
-        assert not [n for n in verified.data["notes"] if "schedule" in n], verified.data["notes"]
+        assert not [w for w in verified.data["warnings"] if "[schedule-" in w], verified.data["warnings"]
 
         call.set_pillar(slurm.chain.pillar(localusers=["root", OPERATOR]))
         ret = call("state.apply", "epilog.schedule")

@@ -5,7 +5,7 @@ configless from slurmctld (the cache in its spool), each beside a stale
 /etc/slurm/slurm.conf that says the opposite (in a private mount namespace
 where salt-call runs verify: the node's own /etc/slurm is never touched).
 verify finds no wiring problem exactly when the running slurmd's file wires
-the chain, names the file it judged, and notes the stale one."""
+the chain, names the file it judged, and warns of the stale one."""
 import subprocess
 from pathlib import Path
 
@@ -39,7 +39,7 @@ def test_verify_judges_the_running_slurmds_slurm_conf(munge, accounts, salt_fact
         def verify(etc_slurm_conf):
             subprocess.run([*ns, "sh", "-c", "cat > /etc/slurm/slurm.conf"], input=etc_slurm_conf, text=True,
                            check=True)
-            ret = call("epilog.verify", prefix=ns)
+            ret = call("epilog.verify", "verbose=True", prefix=ns)
             assert isinstance(ret.data, dict), ret
             return ret.data
 
@@ -48,17 +48,19 @@ def test_verify_judges_the_running_slurmds_slurm_conf(munge, accounts, salt_fact
         assert wiring_problems(report, read) == [], report["problems"]
         assert {"file": str(read), "how": {"env": "SLURM_CONF", "-f": "-f", "configless": "configless"}[conf_via]} \
             in report["slurm_conf"], report
-        assert any("/etc/slurm/slurm.conf" in n and "stale" in n for n in report["notes"]), report["notes"]
-        assert not [n for n in report["notes"] if str(read) in n and "after slurmd" in n], report["notes"]
+        assert any(w.startswith("[slurm-conf-stale] /etc/slurm/slurm.conf") for w in report["warnings"]), report
+        assert not [w for w in report["warnings"] if str(read) in w and "after slurmd" in w], report["warnings"]
         # slurmd's file has no Epilog=, the stale one wires the chain: no false pass
         read.write_text("\n".join(line for line in wired.splitlines() if not line.startswith("Epilog=")) + "\n")
         try:
             report = verify(wired)
-            assert any(p.startswith(f"{read} has no Epilog=") for p in report["problems"]), report["problems"]
+            assert any(p.startswith(f"[slurm-conf-epilog] {read} has no Epilog=") for p in report["problems"]), \
+                report["problems"]
             assert report["result"] is False
             # slurmd read its own file before this change (a configless cache is slurmd's own to write)
-            late = [n for n in report["notes"] if n.startswith(f"{read} was created or changed at")]
-            assert bool(late) == (conf_via != "configless"), report["notes"]
+            late = [w for w in report["warnings"]
+                    if w.startswith(f"[slurm-conf-changed-since-start] {read} was created or changed at")]
+            assert bool(late) == (conf_via != "configless"), report["warnings"]
         finally:
             read.write_text(wired)
 
@@ -74,5 +76,6 @@ def test_with_no_slurmd_verify_says_which_file_it_judged(munge, accounts, salt_f
         subprocess.run([*ns, "sh", "-c", "echo Epilog=/usr/local/sbin/old > /etc/slurm/slurm.conf"], check=True)
         ret = SaltCall(minion.config_dir)("epilog.verify", prefix=ns)
         assert isinstance(ret.data, dict), ret
-        assert any(n.startswith("no slurmd runs here: judged /etc/slurm/slurm.conf") for n in ret.data["notes"]), ret
+        assert any(w.startswith("[slurmd-not-running] no slurmd runs here: judged /etc/slurm/slurm.conf")
+                   for w in ret.data["warnings"]), ret
         assert any("/etc/slurm/slurm.conf has Epilog=/usr/local/sbin/old" in p for p in ret.data["problems"]), ret

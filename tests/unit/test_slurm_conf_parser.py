@@ -78,3 +78,35 @@ PROLOG_FLAGS = [
 @pytest.mark.parametrize("value,enough", PROLOG_FLAGS, ids=[v or "empty" for v, _ in PROLOG_FLAGS])
 def test_prolog_flags_are_read_with_the_flags_each_sets(value, enough):
     assert ({"alloc", "contain"} <= epilog.prolog_flags(value)) is enough
+
+
+SLURM_UID = 64030
+
+
+# (id, owner uid, mode, regular file, in directories only root can write, slurm's uid, verdict)
+TRUST = [
+    ("root-0644", 0, 0o100644, True, True, SLURM_UID, "root"),
+    ("root-0600", 0, 0o100600, True, True, SLURM_UID, "root"),
+    ("slurm-formula-slurm-0644", SLURM_UID, 0o100644, True, True, SLURM_UID, "slurm"),
+    ("slurm-0600", SLURM_UID, 0o100600, True, True, SLURM_UID, "slurm"),
+    ("slurm-group-writable", SLURM_UID, 0o100664, True, True, SLURM_UID, "untrusted"),
+    ("slurm-others-writable", SLURM_UID, 0o100646, True, True, SLURM_UID, "untrusted"),
+    ("root-group-writable", 0, 0o100664, True, True, SLURM_UID, "untrusted"),
+    ("another-account", 1001, 0o100644, True, True, SLURM_UID, "untrusted"),
+    ("no-slurm-account", SLURM_UID, 0o100644, True, True, None, "untrusted"),
+    ("slurm-in-a-directory-another-account-writes", SLURM_UID, 0o100644, True, False, SLURM_UID, "untrusted"),
+    ("root-in-a-directory-another-account-writes", 0, 0o100644, True, False, SLURM_UID, "untrusted"),
+    ("not-a-regular-file", 0, 0o010644, False, True, SLURM_UID, "untrusted"),
+    ("a-slurm-account-of-uid-0-is-root-only", 0, 0o100644, True, True, 0, "root"),
+]
+
+
+@pytest.mark.parametrize("uid,mode,regular,placed,slurm_uid,verdict", [row[1:] for row in TRUST],
+                         ids=[row[0] for row in TRUST])
+def test_a_slurm_conf_is_trusted_as_roots_or_the_slurm_accounts_alone(uid, mode, regular, placed, slurm_uid,
+                                                                       verdict):
+    """One rule for every slurm.conf and file it includes: root's, or the
+    slurm account's (slurm-formula's slurm:root 0644), writable by its owner
+    alone, in directories only root can write; anything else proves
+    nothing."""
+    assert epilog.conf_trust(uid, mode, regular, placed, slurm_uid) == verdict

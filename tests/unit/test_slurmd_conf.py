@@ -69,13 +69,28 @@ def test_the_slurmd_of_the_chains_spool_is_told_by_its_slurm_conf(tmp_path):
     assert epilog._conf_spool(str(tmp_path / "none")) is None
 
 
-def test_a_slurm_conf_changed_after_slurmd_started_is_a_note(tmp_path):
+def test_slurm_confs_spool_and_the_pillars_are_compared_as_slurmd_expands_them():
+    """SlurmdSpoolDir and epilog:slurmd_spool_dir name one directory when
+    their words are the same, or once %n and %h are expanded for the
+    slurmd's node name (the node program's expansion)."""
+    host = os.uname().nodename.split(".", 1)[0]
+    assert epilog._same_spool("/tmp/slurmd.%n.spool", "/tmp/slurmd.n01.spool", "n01")
+    assert epilog._same_spool("/tmp/slurmd.n01.spool/", "/tmp/slurmd.%n.spool", "n01")
+    assert epilog._same_spool("/var/spool/%h", f"/var/spool/{host}", "n01")
+    assert epilog._same_spool("/tmp/slurmd.%n.spool", "/tmp/slurmd.%n.spool", None)
+    assert not epilog._same_spool("/tmp/slurmd.%n.spool", "/tmp/slurmd.n02.spool", "n01")
+    assert not epilog._same_spool("/var/spool/%n", "/var/spool/slurmd", None)
+    assert not epilog._same_spool(None, "/var/spool/slurmd", "n01")
+
+
+def test_a_slurm_conf_changed_after_slurmd_started_is_a_warning(tmp_path):
     """This process stands for slurmd: a file written now is newer than it;
-    a configless cache (slurmd's own to write) never is a note."""
+    a configless cache (slurmd's own to write) never is a warning."""
     conf = tmp_path / "slurm.conf"
     conf.write_text("Epilog=/x\n")
     late = epilog._changed_since_start(str(conf), "-f", os.getpid())
-    assert late and late.startswith(f"{conf} was created or changed at") and "scontrol reconfigure" in late
+    assert late and late.startswith(f"[slurm-conf-changed-since-start] {conf} was created or changed at") \
+        and "scontrol reconfigure" in late
     assert epilog._changed_since_start(str(conf), "configless", os.getpid()) is None
     assert epilog._changed_since_start(str(conf), "-f", None) is None
     old = time.time() - 10 * 365 * 86400

@@ -176,15 +176,17 @@ class NodeFacts:
         settings = run.settings
         self.run = run
         self.run_dir = settings["run_dir"]
-        self.spool_dir = settings["slurmd_spool_dir"]
         self.node = run.env.get("SLURMD_NODENAME", "")
+        # %n and %h as slurmd expands them; with no node name to put for
+        # %n, no spool is trusted (the marks, slurmstepd or squeue answer)
+        self.spool_dir = system.slurmd_path(settings["slurmd_spool_dir"], self.node or None) or ""
         self.marks_trusted = run.marks_trusted
         self.locked = locked
         self.now = now
         self._stepds = {}
         self._squeue = None
-        self.spool_trusted = (run.trust.root_only(self.spool_dir) and self._root_file(os.path.join(self.spool_dir,
-                                                                                                    "cred_state")))
+        self.spool_trusted = bool(self.spool_dir) and run.trust.root_only(self.spool_dir) and \
+            self._root_file(os.path.join(self.spool_dir, "cred_state"))
 
     @staticmethod
     def _root_file(path):

@@ -171,13 +171,14 @@ def account_stack(service, pam_dir=PAM_DIR, text=None):
     def walk(name, stack, depth):
         path = name if name.startswith("/") else os.path.join(pam_dir, name)
         if depth > 8 or len(seen) >= MAX_FILES:
-            problems.append("%s: includes nest too deep (a loop?); the PAM stack is not read past it" % path)
+            problems.append("[pam-include-too-deep] %s: includes nest too deep (a loop?); the PAM stack is not "
+                            "read past it" % path)
             return
         seen.append(path)
         try:
             data = own if depth == 0 and own is not None else _read(path)
         except (OSError, UnicodeDecodeError) as exc:
-            problems.append("%s cannot be read: %s" % (path, exc))
+            problems.append("[pam-unreadable] %s cannot be read: %s" % (path, exc))
             return
         for number, text in _lines(data):
             where = "%s:%d" % (path, number)
@@ -267,7 +268,7 @@ def _not_gating(line):
 
 
 def _judge_listfile(lines, allow_file, operators, lists):
-    """(problems, notes) of the account LINES under listfile: a pam_listfile
+    """(problems, warnings) of the account LINES under listfile: a pam_listfile
     line must admit users by ALLOW_FILE, refuse every login it does not
     list (and every login while the file is missing), and run for every
     login: no earlier line's success may end the stack or jump over it,
@@ -292,7 +293,7 @@ def _judge_listfile(lines, allow_file, operators, lists):
     allowed = set(operators) | {"root"}
     bypassed = []
     for i in gating:
-        bad, notes = [], []
+        bad, warnings = [], []
         for j in range(i):
             if not passes_over(lines, j, i):
                 continue
@@ -301,13 +302,14 @@ def _judge_listfile(lines, allow_file, operators, lists):
             if not _admits(earlier):
                 bad.append("%r admits whom its module accepts" % earlier)
             elif names is None:
-                notes.append("%r, before %r, admits the users its list names without the allow file; the list "
+                warnings.append("[pam-listfile-list-unreadable] %r, before %r, admits the users its list names "
+                                "without the allow file; the list "
                              "cannot be read here, so this cannot tell whether it names anyone but the operators"
                              % (earlier, lines[i]))
             elif names - allowed:
                 bad.append("%r admits %s (not in epilog:localusers)" % (earlier, ", ".join(sorted(names - allowed))))
         if not bad:
-            return [], notes
+            return [], warnings
         bypassed.append((lines[i], bad))
     line, bad = bypassed[0]
     return ["[pam-listfile-bypassed] %r consults epilog:ssh_allow_file, but an earlier line's success ends the "
@@ -355,34 +357,34 @@ def refused(lines, names, lists=None):
 
 
 def judge(lines, access, allow_file, operators, lists=None):
-    """(problems, notes) of the account LINES under epilog:ssh_access
+    """(problems, warnings) of the account LINES under epilog:ssh_access
     ACCESS, with the chain's ALLOW_FILE and the listed OPERATORS. LISTS:
     {path: names} of list files as they will be (not read)."""
     lists = lists or {}
-    problems, notes = [], []
+    problems, warnings = [], []
     adopt = next((i for i, line in enumerate(lines) if line.module == ADOPT), None)
     before = lines[:adopt] if adopt is not None else lines
     if access == "listfile":
-        more_problems, more_notes = _judge_listfile(lines, allow_file, operators, lists)
+        more_problems, more_warnings = _judge_listfile(lines, allow_file, operators, lists)
         problems += more_problems
-        notes += more_notes
+        warnings += more_warnings
         shut = refused(lines, operators, lists)
         if shut:
-            notes.append("listed operators %s: their ssh logins are refused by %s (a sufficient pam_listfile line "
-                         "for the operators' list before it lets them in)" % (
-                             ", ".join(sorted(shut)), "; ".join(sorted(set(repr(line) for line in shut.values())))))
+            warnings.append("[pam-operators-refused] listed operators %s: their ssh logins are refused by %s "
+                            "(a sufficient pam_listfile line for the operators' list before it lets them in)" % (
+                                ", ".join(sorted(shut)), "; ".join(sorted(set(repr(line) for line in shut.values())))))
     if access == "listfile" and adopt is not None:
         for i, line in enumerate(before):
             if line.module == LISTFILE and line.arg("file") == allow_file and passes_over(lines, i, adopt) \
                     and line.arg("sense") == "allow":
-                problems.append("%r: the chain's allow file (epilog:ssh_allow_file) is a sufficient line before "
-                                "pam_slurm_adopt, so every job user skips adoption and their sessions run outside "
-                                "the job's cgroup, limits and accounting: set epilog:ssh_access adopt, or drop one "
-                                "of the two" % line)
+                problems.append("[pam-allow-file-skips-adopt] %r: the chain's allow file (epilog:ssh_allow_file) is "
+                                "a sufficient line before pam_slurm_adopt, so every job user skips adoption and "
+                                "their sessions run outside the job's cgroup, limits and accounting: set "
+                                "epilog:ssh_access adopt, or drop one of the two" % line)
     if access == "adopt":
         if adopt is None:
-            problems.append("epilog:ssh_access is adopt, but sshd's PAM stack has no pam_slurm_adopt account line: "
-                            "nothing governs ssh logins to this node")
+            problems.append("[pam-adopt-missing] epilog:ssh_access is adopt, but sshd's PAM stack has no "
+                            "pam_slurm_adopt account line: nothing governs ssh logins to this node")
         else:
             line = lines[adopt]
             ignore_root = line.arg("ignore_root", "1") != "0"
@@ -399,22 +401,24 @@ def judge(lines, access, allow_file, operators, lists=None):
                         admitted |= names
                 else:
                     unknown = True
-                    notes.append("%r, before pam_slurm_adopt, admits whom it accepts without adopting them into a "
-                                 "job: their sessions run outside the job's cgroup, limits and accounting" % earlier)
+                    warnings.append("[pam-bypasses-adopt] %r, before pam_slurm_adopt, admits whom it accepts without "
+                                    "adopting them into a job: their sessions run outside the job's cgroup, limits "
+                                    "and accounting" % earlier)
             missing = [name for name in operators if name not in admitted and not (name == "root" and ignore_root)]
             if missing and unknown:
-                notes.append("listed operators %s: a sufficient line before pam_slurm_adopt (%r) may admit them; "
-                             "this cannot tell. One it does not admit is adopted into their job and killed with it"
-                             % (", ".join(missing), line))
+                warnings.append("[pam-operators-unknown] listed operators %s: a sufficient line before "
+                                "pam_slurm_adopt (%r) may admit them; this cannot tell. One it does not admit is "
+                                "adopted into their job and killed with it" % (", ".join(missing), line))
             elif missing:
-                problems.append("listed operators %s are not admitted before pam_slurm_adopt (%r): each is adopted "
-                                "into their own job and killed with it, or denied without one; list them in a "
-                                "sufficient pam_listfile line before it" % (", ".join(missing), line))
+                problems.append("[pam-operators-not-admitted] listed operators %s are not admitted before "
+                                "pam_slurm_adopt (%r): each is adopted into their own job and killed with it, or "
+                                "denied without one; list them in a sufficient pam_listfile line before it"
+                                % (", ".join(missing), line))
             for key, want in (("action_adopt_failure", "deny"), ("action_generic_failure", "deny")):
                 if line.arg(key) != want:
-                    notes.append("%r: %s is %s, its testing default: set %s=%s" % (
+                    warnings.append("[pam-adopt-testing-default] %r: %s is %s, its testing default: set %s=%s" % (
                         line, key, line.arg(key) or "unset", key, want))
-    return problems, notes
+    return problems, warnings
 
 
 def adoption(lines, user):

@@ -620,8 +620,10 @@ def status(releases, entries):
     report = {"release": current, "previous": releases.previous(), "problems": [],
               "releases": sorted(name for name in os.listdir(releases.dir) if ID.match(name))
               if os.path.isdir(releases.dir) else [], "history": releases.history()[-10:]}
+    # Each problem opens with its code (epilog.verify passes them on; the
+    # codes are listed in docs/releases.md)
     if current is None:
-        report["problems"].append("no release is current (%s/current)" % releases.dir)
+        report["problems"].append("[release-none-current] no release is current (%s/current)" % releases.dir)
         return report
     try:
         report["manifest"] = releases.manifest(current)
@@ -633,10 +635,14 @@ def status(releases, entries):
             report["content"] = hashlib.sha256("".join(
                 "%s  %s\n" % (digest, rel) for rel, digest in sorted(report["manifest"].items())
                 if PYCACHE not in rel.split("/")).encode()).hexdigest()
-        report["problems"].extend(releases.drift(current))
+        if report["manifest"] is None or releases.modes(current) is None:
+            report["problems"].append("[release-manifest-missing] release %s has no manifest %s/%s"
+                                      % (current, MANIFEST, MODES))
+        else:
+            report["problems"].extend("[release-drift] " + line for line in releases.drift(current))
     except (Refused, OSError, ValueError) as exc:
-        report["problems"].append(str(exc))
-    report["problems"].extend(releases.entries_wrong(entries))
+        report["problems"].append("[release-unreadable] %s" % exc)
+    report["problems"].extend("[entry-not-symlink] " + line for line in releases.entries_wrong(entries))
     return report
 
 

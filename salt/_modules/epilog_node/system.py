@@ -144,6 +144,34 @@ def digits(text):
     return bool(text) and all(c in "0123456789" for c in text)
 
 
+def short_hostname():
+    """This host's name as slurmd keeps it for %h (gethostname_short in
+    Slurm's read_config.c: gethostname, up to the first dot)."""
+    return os.uname().nodename.split(".", 1)[0]
+
+
+def slurmd_path(path, node_name, host_name=None):
+    """PATH (SlurmdSpoolDir, epilog:slurmd_spool_dir) as slurmd expands it:
+    its first %h becomes HOST_NAME (short_hostname() when None), then the
+    first %n of that NODE_NAME, slurmd's node name (SLURMD_NODENAME at a
+    job end), as Slurm's slurm_conf_expand_slurmd_path does from 22.05 to
+    26.05 with the host name slurmd computed; any other % stays as it is. A
+    configless slurmd started without -N expands %n before it knows its
+    name, to nothing: NODE_NAME "" does the same. None when the node name
+    is needed and unknown (None), or a name would reach out of its path
+    component (holds a / or a NUL, or is . or ..): no spool is trusted
+    then."""
+    out = path
+    for token, name in (("%h", host_name if host_name is not None or "%h" not in out else short_hostname()),
+                        ("%n", node_name)):
+        if token not in out:
+            continue
+        if name is None or "/" in name or "\0" in name or name in (".", ".."):
+            return None
+        out = out.replace(token, name, 1)
+    return out
+
+
 class Trust:
     """Which directories no account but root can redirect: a real directory
     (not a symlink) of root's that no group and no other user can write, so
