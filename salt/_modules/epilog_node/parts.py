@@ -767,14 +767,71 @@ def warm(settings):
 # (epilog:ssh_access listfile)
 ALLOW_FILE_PARTS = ("39-lastuserjob-ssh", "50-exclusive-ssh")
 
+# Why a part does not run under the settings: WHY for the log, RECORDED for
+# the record.
+Off = system.fields("Off", "why recorded")
+
 
 def not_run(name, settings):
-    """Why the formula's part NAME does not run under SETTINGS, or None."""
+    """Why the formula's part NAME does not run under SETTINGS (an Off), or
+    None: turned off (epilog:parts), or an allow file part where the file
+    governs no ssh (epilog:ssh_access)."""
+    if (settings.get("parts") or {}).get(name) is False:
+        why = "off: epilog:parts:%s is false" % name
+        return Off(why, why)
     access = settings.get("ssh_access", "listfile")
     if name in ALLOW_FILE_PARTS and access != "listfile":
-        return ("epilog:ssh_access is %s: the chain never edits the ssh allow file"
-                % ("adopt (pam_slurm_adopt governs ssh)" if access == "adopt" else access))
+        return Off("epilog:ssh_access is %s: the chain never edits the ssh allow file"
+                   % ("adopt (pam_slurm_adopt governs ssh)" if access == "adopt" else access), "epilog:ssh_access")
     return None
+
+
+# -- observe mode and the brake -----------------------------------------------------
+# The parts that act on users' things: observe mode has them decide and
+# record what they would do, and do none of it; the brake skips them. Part
+# 50's grant is neither: adding the job user's line harms nobody, and
+# leaving it out would lock users out of their own job's node.
+ACTING = ("39-lastuserjob-ssh", "40-lastuserjob-processes", "42-lastuserjob-cleanup", "45-stale-x-display")
+
+
+def observing(settings):
+    """epilog:mode is observe: decide, record what would be done, do none of it."""
+    return settings.get("mode") == "observe"
+
+
+# on: the brake holds (since: the file's mtime); ignored: a file is there
+# that fails the trust rules (why says how)
+Brake = system.fields("Brake", "state path why since")
+
+
+def brake(path, trust):
+    """The brake, epilog:stop_file at PATH: None while no file is there (one
+    lstat, an ordinary job end's whole cost); on while it is a regular file
+    of root's in a directory only root can write (TRUST: system.Trust); any
+    other file there is ignored, and says why: a user who could plant one
+    must not be able to stop the cleanup of their own processes. Looked at
+    again before each acting part, so a brake set mid-chain stops the parts
+    still to come."""
+    if not path:
+        return None
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        return Brake("ignored", path, "%s cannot be looked at (%s)" % (path, exc.strerror), None)
+    directory = os.path.dirname(path) or "/"
+    if not stat.S_ISREG(st.st_mode):
+        why = "%s is not a regular file (%s)" % (path, "a symlink" if stat.S_ISLNK(st.st_mode) else
+                                                   "a directory" if stat.S_ISDIR(st.st_mode) else "not a file")
+    elif st.st_uid != 0:
+        why = "%s is owned by uid %d, not root" % (path, st.st_uid)
+    elif not trust.root_only(directory):
+        why = "%s is in %s, which another account can write (or it, or an ancestor, is a symlink or not root's)" \
+            % (path, directory)
+    else:
+        return Brake("on", path, "stopped by %s" % path, st.st_mtime)
+    return Brake("ignored", path, why + ": ignored, the brake is not on", None)
 
 
 ACTIONS = {

@@ -329,7 +329,9 @@ def _kill(run_, uid, name, held, deadline, processes=True):
         run_.user = name
         run_.identity = guard.Identity(True, uid, "")
         for part in KILL_PARTS if processes else ():
-            if parts.not_run(part, run_.settings):
+            off = parts.not_run(part, run_.settings)
+            if off:
+                done[part] = "not run: %s" % off.why
                 continue
             seconds = min(run_.settings["part_timeout"], int(until - time.monotonic()))
             if seconds < 1:
