@@ -53,6 +53,26 @@ def test_observe_and_the_brake_hold_back_the_acting_parts_and_never_the_grant():
     assert not parts.observing({})
 
 
+def test_part_42s_observed_walk_counts_what_its_walk_then_removes(tmp_path):
+    """The same walk, nothing unlinked: as many entries would go as then go,
+    and a directory of the user's that another account's entry keeps is an
+    error in both (rmdir finds it not empty)."""
+    import time  # pylint: disable=import-outside-toplevel
+
+    top = tmp_path / "tmp"
+    (top / "a/b").mkdir(parents=True)
+    (top / "mixed").mkdir()
+    for path in ("a/b/c", "a/d", "top", "mixed/theirs"):
+        (top / path).write_text("x")
+    if os.geteuid() == 0:
+        os.chown(top / "mixed/theirs", 54321, 54321)  # another account's (without root: all the test's own)
+    before = sorted(top.rglob("*"))
+    would = parts._clear(str(top), os.geteuid(), time.monotonic() + 30, test=True)
+    assert sorted(top.rglob("*")) == before, "the observed walk removed something"
+    assert parts._clear(str(top), os.geteuid(), time.monotonic() + 30) == would
+    assert would == ((5, 1) if os.geteuid() == 0 else (7, 0)), would
+
+
 # -- the brake ---------------------------------------------------------------------
 def test_no_stop_file_is_no_brake(tmp_path):
     assert parts.brake(str(tmp_path / "epilog.stop"), Trusting()) is None

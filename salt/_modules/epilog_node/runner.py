@@ -970,8 +970,8 @@ def explain(release_dir, env, slurmd_pid=None):
     run.prepare_marks()
     run.finish(run.chain())
     return {"lines": run.log.captured, "other": run.other, "guard": run.guard, "parts": run.outcomes,
-            "identity": run.identity, "mode": run.settings.get("mode", "enforce"), "stopped": run.stopped,
-            "stop_ignored": run.stop_ignored}
+            "identity": run.identity, "mode": run.settings.get("mode", "enforce"),
+            "stop_file": run.settings.get("stop_file"), "stopped": run.stopped, "stop_ignored": run.stop_ignored}
 
 
 if __name__ == "__main__":  # pragma: no cover - the entry points call main() and part()
