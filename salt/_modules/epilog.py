@@ -1077,7 +1077,11 @@ def verify(expect=None):
       ``Prolog=``, ``PrologFlags``, ``SlurmdSpoolDir``, the timeouts), with
       notes on ``ProctrackType`` and ``job_container/tmpfs``;
     - sshd's PAM account stack agrees with ``epilog:ssh_access``;
-    - the minion's schedule entries agree with ``epilog:schedule`` (a note).
+    - the minion's schedule entries agree with ``epilog:schedule`` (a note);
+    - the mode and the brake: ``[mode-observe]``, ``[parts-off]`` and
+      ``[brake-on]`` are notes (a rollout still passes); a stop file the
+      chain ignores (``[stop-file-untrusted]``) or a place where none could
+      be trusted (``[stop-file-dir]``) is a problem.
 
     Returns ``result`` (True when nothing is wrong), ``problems`` in plain
     words, each naming its file, ``notes``, the ``checked`` paths, the
@@ -1746,6 +1750,13 @@ def strays(kill=False, test=None, **kwargs):
     did; and ``counts``. Unless ``test``, the look is a record of the record
     file (``epilog.report`` counts it).
 
+    Held back as a job end is: under ``epilog:mode: observe`` the kill
+    decides and kills nothing (each stray's ``kill`` says ``outcome:
+    would``, and ``would_signal``); while the brake holds
+    (``epilog:stop_file``) each stray's kill is ``stopped by`` the file; a
+    part turned off (``epilog:parts``: 39, 40, and 42 for the IPC objects)
+    does not run. ``mode``, ``stopped`` and ``off`` say which.
+
     kill
         Kill each stray account's processes with the chain's own kill (part
         40, under the user's lock, as at their last job end).
@@ -1810,7 +1821,9 @@ def explain(user, job=None):
     on what evidence, the localusers guard on the release's own list, each
     part's go or no-go) with the same code, and says what it decided instead
     of acting. Nothing is run, written, locked or logged. Answers "why was
-    my session spared or killed".
+    my session spared or killed". It gives the release's ``mode`` (under
+    observe, each acting part ``would act``), the ``brake``, and a part the
+    brake stops as ``stopped by`` its file.
 
     job
         The job whose end to explain: that job is not "another job" of
@@ -1915,7 +1928,11 @@ def report(since=None, user=None, job=None):
       proctrack/cgroup: Slurm's to kill);
     - ``sweeps`` (part 45 runs) and the ``residue`` ``removed`` and ``kept``
       by kind (part 42's files as ``user_files``); ``warnings``;
-    - the ``slowest`` chain (job, user, milliseconds, when).
+    - the ``slowest`` chain (job, user, milliseconds, when);
+    - ``would``: what observe mode (or, between jobs, the brake or a part
+      turned off) would have done and did not, apart from what was done;
+      ``stopped``: the job ends and looks the brake stopped; ``parts_off``;
+      ``modes``.
 
     since
         Only job ends since then: a duration back from now (30m, 12h, 1d,
