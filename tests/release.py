@@ -32,11 +32,18 @@ def package_files():
 
 def settings_of(**settings):
     """defaults.yaml with SETTINGS over it, as map.jinja merges them (lists
-    replaced; slurm_config_dir without a trailing /), without what no
+    replaced, mappings merged; slurm_config_dir without a trailing /, an
+    empty stop_file the one beside it), without what no
     release holds (map.jinja's unheld_keys: what differs per os_family, the
     schedule): what settings.json holds."""
     merged = dict(DEFAULTS)
-    merged.update({key: str(value) if isinstance(value, Path) else value for key, value in settings.items()})
+    for key, value in settings.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}  # mappings merge (epilog:parts), as slsutil.merge does
+        else:
+            merged[key] = str(value) if isinstance(value, Path) else value
+    if not merged.get("stop_file"):
+        merged["stop_file"] = merged["slurm_config_dir"].rstrip("/") + "/epilog.stop"
     merged["slurm_config_dir"] = merged["slurm_config_dir"].rstrip("/") or "/"
     for key in UNHELD:
         merged.pop(key, None)

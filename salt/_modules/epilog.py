@@ -220,6 +220,13 @@ def sweep(test=None, job=None, user=None, budget=None, remove_ipc=False, **kwarg
     last-job evidence, under the user's lock), and removes those part 42
     would remove only with ``remove_ipc=True``.
 
+    Held back as a job end is: under ``epilog:mode: observe``, while the
+    brake holds (``epilog:stop_file``) or with part 45 turned off
+    (``epilog:parts``), it decides as a sweep that removes and removes
+    nothing (its report is a preview's, ``held_back`` says why), and its
+    record says so; the IPC objects go only under the rules of part 42 the
+    same way.
+
     Returns a report: ``removed`` (or, with ``test=True``, ``would_remove``),
     ``kept`` with a reason for each path, ``errors``, ``skipped``,
     ``counts`` per kind, and ``ipc``: ``users`` (each account with objects
@@ -285,24 +292,46 @@ def sweep(test=None, job=None, user=None, budget=None, remove_ipc=False, **kwarg
     # theirs holds their lock (in a run directory only root can write).
     locks = settings["run_dir"] if _root_only(settings["run_dir"]) else None
     start = time.time()
+    held, brake, off = _held_back(settings, "45-stale-x-display")
     try:
+        if brake and brake.state == "ignored" and not test:
+            log.warning(f"stop file {brake.why}")
         report = _node.sweep.run_sweep(
             test=test, job=job, patterns=settings["scratch_patterns"],
             budget=settings["sweep_budget"] if budget is None else budget, log=log.line, uid=uid, locks=locks,
+            would=bool(held) and not test,
         )
     except _node.sweep.SweepError as exc:
         raise CommandExecutionError(str(exc)) from exc
     finally:
         log.close()
-    report["ipc"], ipc_fact = _between_jobs_ipc(settings, _Chain(settings["slurm_config_dir"], layout), test,
-                                                remove_ipc, source)
+    report["mode"] = settings.get("mode", "enforce")
+    if held:
+        report["held_back"] = "; ".join(held)
+    report["ipc"], ipc_fact, ipc_held = _between_jobs_ipc(settings, _Chain(settings["slurm_config_dir"], layout), test,
+                                                          remove_ipc, source)
     if not test:
         facts = {"sweep": _node.sweep.fact(report)}
         if ipc_fact:
             facts["ipc"] = ipc_fact
         _between_jobs_record(settings, "sweep", start, source, parts=[_node.record.part_ran(
-            "epilog.sweep", 0, report.get("elapsed_ms", 0), facts)])
+            "epilog.sweep", 0, report.get("elapsed_ms", 0), facts)],
+            stopped=brake.path if brake and brake.state == "on" else ipc_held.get("stopped"),
+            stop_ignored=brake.why if brake and brake.state == "ignored" else ipc_held.get("stop_ignored"),
+            off=sorted({*off, *ipc_held.get("off", ())}))
     return report
+
+
+def _held_back(settings, part):
+    """Why a look between jobs does not do PART's act now: ([reasons], the
+    brake (parts.brake: None, on or ignored), [the parts turned off]):
+    observe mode, the brake, the part turned off (epilog:parts)."""
+    brake = _node.parts.brake(settings.get("stop_file"), _trust())
+    off = _node.parts.not_run(part, settings)
+    held = [why for why in (brake.why if brake and brake.state == "on" else None, off and off.why,
+                            "observe mode (epilog:mode): decided and recorded, not done"
+                            if _node.parts.observing(settings) else None) if why]
+    return held, brake, [part] if off and (settings.get("parts") or {}).get(part) is False else []
 
 
 def _between_jobs_ipc(settings, chain, test, remove, source):
@@ -312,14 +341,15 @@ def _between_jobs_ipc(settings, chain, test, remove, source):
     (no object but root's and the system accounts') costs no program; a
     look that cannot be made says why, and the sweep goes on."""
     if not settings.get("ipc_cleanup", True):
-        return "epilog:ipc_cleanup is off: IPC objects are neither looked at nor removed", None
+        return "epilog:ipc_cleanup is off: IPC objects are neither looked at nor removed", None, {}
     defs = _node.system.login_defs()
     if all(_node.guard.system_uid(uid, defs) for uid in _node.ipc.holders()):
-        return {"users": [], "counts": {"users": 0, "objects": 0, "bytes": 0, "removed": 0, "bytes_removed": 0}}, None
+        return {"users": [], "counts": {"users": 0, "objects": 0, "bytes": 0, "removed": 0, "bytes_removed": 0,
+                                        "would_remove": 0, "bytes_would_remove": 0}}, None, {}
     try:
         found = _strays_program(settings, chain, {"kill": remove, "test": test, "source": source, "ipc_only": True})
     except CommandExecutionError as exc:
-        return f"not looked at: {exc}", None
+        return f"not looked at: {exc}", None, {}
     users = [{key: user[key] for key in ("user", "uid", "answer", "why", "ipc", "kill") if key in user}
              for user in found.get("users", []) if user.get("answer") in ("stray", "unknown")]
     for user in users:
@@ -328,9 +358,20 @@ def _between_jobs_ipc(settings, chain, test, remove, source):
         user.pop("kill", None)
     counts = found.get("counts", {})
     fact = found.get("ipc_fact") if remove and not test else None
-    return {"users": users, "counts": {"users": counts.get("ipc_users", 0), "objects": counts.get("ipc_objects", 0),
-                                       "bytes": counts.get("ipc_bytes", 0), "removed": counts.get("ipc_removed", 0),
-                                       "bytes_removed": counts.get("ipc_bytes_removed", 0)}}, fact
+    out = {"users": users, "counts": {"users": counts.get("ipc_users", 0), "objects": counts.get("ipc_objects", 0),
+                                      "bytes": counts.get("ipc_bytes", 0), "removed": counts.get("ipc_removed", 0),
+                                      "bytes_removed": counts.get("ipc_bytes_removed", 0),
+                                      "would_remove": counts.get("ipc_would_remove", 0),
+                                      "bytes_would_remove": counts.get("ipc_bytes_would_remove", 0)}}
+    # what held the removal back (the release's strays program says)
+    held = {key: found[key] for key in ("stopped", "stop_ignored", "off") if found.get(key)} if remove else {}
+    why = ([f"stopped by {held['stopped']}"] if held.get("stopped") else []) \
+        + [f"off: epilog:parts:{name} is false" for name in held.get("off", ())] \
+        + (["observe mode (epilog:mode): decided and recorded, not done"] if remove and found.get("mode") == "observe"
+           else [])
+    if why:
+        out["held_back"] = "; ".join(why)
+    return out, fact, held
 
 
 def _source(kwargs):
@@ -416,12 +457,16 @@ def _schedule_report(settings):
     return {"asked": asked, "entries": entries}, warnings
 
 
-def _between_jobs_record(settings, stage, start, source, parts):
+def _between_jobs_record(settings, stage, start, source, parts, stopped=None, stop_ignored=None, off=()):
     """The record of a sweep run between jobs, in the job ends' record file
-    (and its counters in the metrics), for epilog.report."""
+    (and its counters in the metrics), for epilog.report: its mode, and
+    what held its acts back (the brake's STOPPED file, the parts turned
+    OFF; STOP_IGNORED: a stop file that was ignored)."""
     record = _node.record
     rec = record.build(stage, __grains__.get("host", socket.gethostname().split(".")[0]),  # noqa: F821
-                       None, None, None, None, start, (time.time() - start) * 1000, None, None, 0, parts)
+                       None, None, None, None, start, (time.time() - start) * 1000, None, None,
+                       1 if stop_ignored else 0, parts, mode=settings.get("mode", "enforce"), stopped=stopped,
+                       stop_ignored=stop_ignored, off=off)
     rec["source"] = source
     record.write(_trust(), settings["record_file"], settings["record_max_kb"] * 1024, rec)
     if settings.get("metrics_file"):
@@ -1145,7 +1190,11 @@ def verify(expect=None, verbose=False):
       warnings on ``ProctrackType`` and ``job_container/tmpfs``;
     - sshd's PAM account stack agrees with ``epilog:ssh_access``;
     - the minion's schedule entries agree with ``epilog:schedule`` (a
-      warning).
+      warning);
+    - the mode and the brake: ``[mode-observe]``, ``[parts-off]`` and
+      ``[brake-on]`` are warnings (a rollout still passes); a stop file the
+      chain ignores (``[stop-file-untrusted]``) or a place where none could
+      be trusted (``[stop-file-dir]``) is a problem.
 
     Returns ``result`` (True when there is no problem), the ``release`` id
     that is current, the ``problems`` and the ``warnings``, each a sentence
@@ -1359,7 +1408,40 @@ def verify(expect=None, verbose=False):
     looked["schedule"], schedule_warnings = _schedule_report(settings)
     warnings.extend(schedule_warnings)
     info.append(_ipc_note(settings))
+    _mode_and_brake(settings, problems, warnings)
     return _answer(problems, warnings, release, verbose, looked)
+
+
+def _mode_and_brake(settings, problems, warnings):
+    """What verify says of epilog:mode, epilog:parts and the brake
+    (epilog:stop_file), each line led by a code to grep for across a
+    fleet: observe mode, parts turned off and a brake that holds are
+    WARNINGS (a rollout still passes, and an operator may have set
+    them on purpose); a stop file the chain ignores, or a place where none
+    could be trusted, are PROBLEMS: the brake would not hold."""
+    if settings.get("mode") == "observe":
+        warnings.append("[mode-observe] epilog:mode is observe: every job end and look between jobs decides and records "
+                     "what it would do, and the chain acts on nothing (no ssh line revoked, no process killed, no "
+                     "file or System V IPC object removed, no residue swept; the prolog still adds the job user's "
+                     "ssh line); epilog.report's would section counts what it would have done")
+    off = sorted(name for name, on in (settings.get("parts") or {}).items() if on is False)
+    if off:
+        warnings.append(f"[parts-off] epilog:parts turns off {', '.join(off)}: never run, recorded as off")
+    path = settings.get("stop_file")
+    found = _node.parts.brake(path, _trust())
+    if found is not None and found.state == "on":
+        since = _node.record.when(found.since)
+        warnings.append(f"[brake-on] {path} exists (since {since}): every job end skips parts 39, 40, 42 and 45, and "
+                     "epilog.strays, epilog.sweep and the IPC removal between jobs act on nothing; the prolog and "
+                     f"the site's own parts still run; rm {path} releases it")
+    elif found is not None:
+        problems.append(f"[stop-file-untrusted] {found.why}: a stop file counts only as a regular file of root's in "
+                        f"a directory only root can write (anybody else could plant one); rm {path}, and touch it "
+                        "as root to put the brake on")
+    elif path and not _root_only(os.path.dirname(path) or "/"):
+        problems.append(f"[stop-file-dir] {os.path.dirname(path) or '/'} (where epilog:stop_file {path} goes) is "
+                        "missing or not a directory only root can write: a stop file there would be ignored, and "
+                        "the brake could not be put on")
 
 
 # A problem or warning opens with its code: [lowercase-kebab], then a space
@@ -1972,6 +2054,13 @@ def strays(kill=False, test=None, **kwargs):
     did; and ``counts``. Unless ``test``, the look is a record of the record
     file (``epilog.report`` counts it).
 
+    Held back as a job end is: under ``epilog:mode: observe`` the kill
+    decides and kills nothing (each stray's ``kill`` says ``outcome:
+    would``, and ``would_signal``); while the brake holds
+    (``epilog:stop_file``) each stray's kill is ``stopped by`` the file; a
+    part turned off (``epilog:parts``: 39, 40, and 42 for the IPC objects)
+    does not run. ``mode``, ``stopped`` and ``off`` say which.
+
     kill
         Kill each stray account's processes with the chain's own kill (part
         40, under the user's lock, as at their last job end).
@@ -2036,7 +2125,9 @@ def explain(user, job=None):
     on what evidence, the localusers guard on the release's own list, each
     part's go or no-go) with the same code, and says what it decided instead
     of acting. Nothing is run, written, locked or logged. Answers "why was
-    my session spared or killed".
+    my session spared or killed". It gives the release's ``mode`` (under
+    observe, each acting part ``would act``), the ``brake``, and a part the
+    brake stops as ``stopped by`` its file.
 
     job
         The job whose end to explain: that job is not "another job" of
@@ -2076,16 +2167,24 @@ def explain(user, job=None):
         raise CommandExecutionError(f"release {current} could not explain: {type(exc).__name__}: {exc}") from exc
     other, verdict = decided["other"], decided["guard"]
     acts = {name: text.format(user=user, uid=uid, allow=settings["ssh_allow_file"]) for name, text in _ACTS.items()}
+    # the release's mode (a release made before epilog:mode acts)
+    mode = decided.get("mode", "enforce")
     parts = {}
     for name, (kind, detail) in decided["parts"].items():
-        if kind == "run":
+        if kind == "run" and name in acts and mode == "observe":
+            parts[name] = f"would act (observe mode, epilog:mode: decided and recorded, not done): {acts[name]}"
+        elif kind == "run":
             parts[name] = f"acts: {acts[name]}" if name in acts else "runs (a site part: what it does is its own)"
         elif kind == "guard":
             parts[name] = f"does nothing: {detail}"
+        elif kind == "stopped":
+            parts[name] = f"{detail} (the brake: rm the file to release it); it would otherwise run"
         else:
             parts[name] = f"skipped: {detail}"
+    brake = program.parts.brake(decided.get("stop_file"), _trust()) if hasattr(program.parts, "brake") else None
     report = {
-        "user": user, "uid": uid, "job": job, "release": current,
+        "user": user, "uid": uid, "job": job, "release": current, "mode": mode,
+        "brake": "off" if brake is None else f"on: {brake.why}" if brake.state == "on" else f"ignored: {brake.why}",
         "localusers": {"answer": verdict.listed if verdict else None,
                        "file": os.path.join(release_dir, chain.localusers), "why": verdict.why if verdict else ""},
         "system_account": bool(verdict and verdict.system),
@@ -2133,7 +2232,11 @@ def report(since=None, user=None, job=None):
       proctrack/cgroup: Slurm's to kill);
     - ``sweeps`` (part 45 runs) and the ``residue`` ``removed`` and ``kept``
       by kind (part 42's files as ``user_files``); ``warnings``;
-    - the ``slowest`` chain (job, user, milliseconds, when).
+    - the ``slowest`` chain (job, user, milliseconds, when);
+    - ``would``: what observe mode (or, between jobs, the brake or a part
+      turned off) would have done and did not, apart from what was done;
+      ``stopped``: the job ends and looks the brake stopped; ``parts_off``;
+      ``modes``.
 
     since
         Only job ends since then: a duration back from now (30m, 12h, 1d,

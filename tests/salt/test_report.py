@@ -159,7 +159,8 @@ def test_the_sweep_reports_the_ipc_objects_of_accounts_with_no_job_and_removes_t
     users = {user["user"]: user for user in listed["ipc"]["users"]}
     assert users["alice"]["answer"] == "stray" and "je.kim" not in users, listed["ipc"]
     assert users["alice"]["ipc"]["remove"] == {"shm": 1, "sem": 0, "msg": 1}, users
-    assert listed["ipc"]["counts"] == {"users": 1, "objects": 2, "bytes": 65536, "removed": 0, "bytes_removed": 0}
+    assert listed["ipc"]["counts"] == {"users": 1, "objects": 2, "bytes": 65536, "removed": 0, "bytes_removed": 0,
+                                       "would_remove": 0, "bytes_would_remove": 0}
     assert removed["ipc"]["counts"]["removed"] == 2 and removed["ipc"]["counts"]["bytes_removed"] == 65536
     assert not mine & after and operators in after, after
     summary = node.run("report")["between_jobs"]

@@ -192,6 +192,7 @@ def test_a_release_without_salt_is_the_states(minion, tmp_path):
     state_settings = json.loads((c.release / "settings.json").read_text())
     hand_settings = json.loads((by_hand / "settings.json").read_text())
     state_settings["settings"]["slurm_config_dir"] = str(other.conf_dir)
+    state_settings["settings"]["stop_file"] = str(other.conf_dir / "epilog.stop")  # beside each chain
     assert state_settings == hand_settings
 
 

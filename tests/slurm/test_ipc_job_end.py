@@ -3,14 +3,16 @@ MiB), semaphore set and queue, made by alice herself in the node's IPC
 namespace, survive while she has another job here and on a failed
 localusers lookup, and go at her last job end; a segment of hers that
 another user's live process is attached to stays, and so do the listed
-operator's objects. The node is never drained."""
+operator's objects. Under observe mode and under the brake, her objects,
+processes, files and ssh line all stay. The node is never drained."""
 import subprocess
+from pathlib import Path
 
 from tests.helpers import as_user, kill_all_of, uid_of, wait_for
 from tests.node.test_ipc import HOLD
 from tests.slurm.conftest import OPERATOR
 from tests.slurm.test_pam_adopt import running
-from tests.slurm.test_slurm_job_end import assert_not_drained
+from tests.slurm.test_slurm_job_end import STRAY, alive_as, assert_not_drained, record_of, stray_pid
 
 ALICE, OTHER = "alice", "alicex"
 
@@ -81,5 +83,60 @@ def test_a_failed_localusers_lookup_keeps_them(slurm, accounts):
         assert_not_drained(slurm)
     finally:
         slurm.chain.lay_down(localusers=["root", OPERATOR])
+        remove(*mine)
+        kill_all_of(ALICE)
+
+
+def test_observe_mode_then_the_brake_leave_everything_of_alices_and_record_what_would_have_gone(slurm, accounts):
+    """Real job ends of alice's, her last on the node each: first under
+    epilog:mode observe (a release of its own), then under the brake (the
+    enforce release, and a stop file of root's beside the chain). Her stray,
+    her ssh line (the prolog still adds it), her files in /tmp and /dev/shm
+    and her segment, set and queue are all left; the first record says what
+    would have gone, the second that the stop file stopped it. The node is
+    never drained."""
+    chain = slurm.chain
+    stop = chain.conf_dir / "epilog.stop"
+    files = [Path(f"/tmp/alice-observe-{slurm.release}"), Path(f"/dev/shm/alice-observe-{slurm.release}")]
+    mine = [("shm", make(ALICE, "-M", "65536")), ("sem", make(ALICE, "-S", "1")), ("msg", make(ALICE, "-Q"))]
+    allow = chain.allow_file.read_text() if chain.allow_file.exists() else ""
+    pids = []
+    try:
+        chain.lay_down(localusers=["root", OPERATOR], mode="observe")
+        job, out = slurm.run_job(ALICE, STRAY + "".join(f"; echo x > {path}" for path in files))
+        pids.append(stray_pid(out))
+        observed = record_of(chain, job)
+        assert observed["mode"] == "observe" and observed["guard"]["answer"] == "act", observed
+        facts = {part["part"]: part.get("facts", {}) for part in observed["parts"]}
+        assert facts["39-lastuserjob-ssh"]["allow"]["change"] == "would remove", observed
+        kill = facts["40-lastuserjob-processes"]["kill"]
+        assert kill["outcome"] == "would" and kill["signalled"] >= 1, kill
+        assert facts["42-lastuserjob-cleanup"]["cleanup"]["would"] and facts["42-lastuserjob-cleanup"]["cleanup"][
+            "removed"] >= len(files), facts
+        assert facts["42-lastuserjob-cleanup"]["ipc"]["removed"] == {"shm": 1, "sem": 1, "msg": 1}, facts
+        left = {"stray": alive_as(pids[0], ALICE), "files": all(path.exists() for path in files),
+                "ipc": set(mine) <= present(), "line": ALICE in chain.allow_file.read_text().split("\n")}
+        assert left == dict.fromkeys(left, True), left
+        assert f"would kill the processes of uid {uid_of(ALICE)}" in "\n".join(slurm.job_log(job))
+
+        chain.lay_down(localusers=["root", OPERATOR])
+        stop.touch()
+        job, out = slurm.run_job(ALICE, STRAY)
+        pids.append(stray_pid(out))
+        stopped = record_of(chain, job)
+        assert stopped["stopped"] == str(stop) and stopped["mode"] == "enforce", stopped
+        assert {part["part"]: part.get("why") for part in stopped["parts"] if not part["ran"]} == {
+            name: f"stopped by {stop}" for name in ("39-lastuserjob-ssh", "40-lastuserjob-processes",
+                                                    "42-lastuserjob-cleanup", "45-stale-x-display")}, stopped
+        left = {"strays": all(alive_as(pid, ALICE) for pid in pids), "files": all(path.exists() for path in files),
+                "ipc": set(mine) <= present(), "line": ALICE in chain.allow_file.read_text().split("\n")}
+        assert left == dict.fromkeys(left, True), left
+        assert_not_drained(slurm)
+    finally:
+        stop.unlink(missing_ok=True)
+        chain.lay_down(localusers=["root", OPERATOR])
+        chain.allow_file.write_text(allow)
+        for path in files:
+            path.unlink(missing_ok=True)
         remove(*mine)
         kill_all_of(ALICE)

@@ -26,7 +26,7 @@ def test_a_record_of_a_job_end_that_acted():
     rec = build(parts=[record.part_ran("40-lastuserjob-processes", 0, 3.7, {"kill": {"outcome": "done",
                                                                                        "signalled": 2}})])
     assert rec == {"v": 1, "stage": "epilog", "node": "n1", "job": 7, "user": "alice", "uid": 50101,
-                   "release": "0123456789ab", "start": 1800000000.123, "ms": 42,
+                   "release": "0123456789ab", "mode": "enforce", "start": 1800000000.123, "ms": 42,
                    "other": {"answer": "no", "why": NO.why},
                    "guard": {"answer": "act", "why": ACT.why, "listed": "not listed", "system": False},
                    "warnings": 0,

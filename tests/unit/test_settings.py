@@ -68,8 +68,10 @@ def test_the_defaults_are_the_settings_of_an_empty_pillar(tmp_path):
     # and the module's names of what the states lay down are layout.yaml's
     assert out["layout"] == LAYOUT
     family = tuple(UNHELD)
-    assert {key: out["settings"][key] for key in DEFAULTS if key not in family} == \
-        {key: value for key, value in DEFAULTS.items() if key not in family}
+    # an empty stop_file is filled in: the file beside the chain
+    assert DEFAULTS["stop_file"] == "" and out["settings"]["stop_file"] == "/etc/slurm/epilog.stop"
+    assert {key: out["settings"][key] for key in DEFAULTS if key not in family and key != "stop_file"} == \
+        {key: value for key, value in DEFAULTS.items() if key not in family and key != "stop_file"}
     # what differs per family is in no release's settings
     assert not set(family) & set(out["settings"])
     assert merged(tmp_path, {})["pkgs"] == ["python3"]
@@ -131,6 +133,25 @@ def test_the_pillar_over_lookup_over_the_family_over_the_defaults(tmp_path):
     ({"scratch_patterns": ["a/{jobid}"]}, "epilog:scratch_patterns[0] ('a/{jobid}') must hold"),
     ({"scratch_patterns": ["slurm{jobid}{jobid}"]}, "must hold {jobid} once"),
     ({"scratch_patterns": ["slurm"]}, "epilog:scratch_patterns[0] ('slurm') must hold"),
+    ({"mode": "dry-run"}, "epilog:mode ('dry-run') must be one of enforce, observe"),
+    ({"mode": True}, "epilog:mode (True) must be one of enforce, observe"),
+    ({"mode": None}, "epilog:mode (None) must be one of enforce, observe"),
+    ({"stop_file": "epilog.stop"}, "epilog:stop_file ('epilog.stop') must be an absolute path"),
+    ({"stop_file": "/etc/slurm/../tmp/epilog.stop"}, "epilog:stop_file ('/etc/slurm/../tmp/epilog.stop') must be"),
+    ({"stop_file": "/etc/slurm/stop/"}, "epilog:stop_file ('/etc/slurm/stop/') must name a file: no trailing /"),
+    ({"stop_file": "/var/log/slurm-epilog/epilog.log"},
+     "epilog:stop_file ('/var/log/slurm-epilog/epilog.log') is also epilog:log_file"),
+    ({"stop_file": ["/etc/slurm/epilog.stop"]}, "epilog:stop_file (['/etc/slurm/epilog.stop']) must be an absolute"),
+    ({"parts": ["42-lastuserjob-cleanup"]}, "epilog:parts must be a mapping of settings (39-lastuserjob-ssh, "
+                                            "40-lastuserjob-processes, 42-lastuserjob-cleanup, 45-stale-x-display, "
+                                            "50-exclusive-ssh), got: ['42-lastuserjob-cleanup']"),
+    ({"parts": {"42-lastuserjob-cleanp": False}}, "epilog:parts:42-lastuserjob-cleanp is not a setting of the epilog "
+                                                  "formula; did you mean epilog:parts:42-lastuserjob-cleanup?"),
+    ({"parts": {"41-lastuserjob-ssh": False}}, "epilog:parts:41-lastuserjob-ssh is not a setting of the epilog "
+                                               "formula; did you mean epilog:parts:39-lastuserjob-ssh?"),
+    ({"parts": {42: False}}, "epilog:parts:42 is not a setting of the epilog formula, nor near one"),
+    ({"parts": {"40-lastuserjob-processes": "off"}}, "epilog:parts:40-lastuserjob-processes ('off') must be true or false"),
+    ({"parts": {"45-stale-x-display": 0}}, "epilog:parts:45-stale-x-display (0) must be true or false"),
     ({"sweep_budget": 20, "part_timeout": 20}, "epilog:sweep_budget (20) must be below epilog:part_timeout (20)"),
     ({"chain_timeout": 40}, "epilog:chain_timeout (40) must leave room for the decision, one part and the runner"),
 ])
@@ -144,6 +165,26 @@ def test_a_bad_pillar_is_refused_naming_its_entry(tmp_path, pillar, message):
 def test_the_formula_owns_sshds_account_lines_under_adopt_and_listfile(tmp_path, access):
     out = render(tmp_path, {"epilog": {"pam_manage": True, "ssh_access": access}})["settings"]
     assert out["pam_manage"] is True and out["ssh_access"] == access
+
+
+def test_the_stop_file_is_beside_the_chain_unless_the_pillar_names_one(tmp_path):
+    for pillar, expect in (({"slurm_config_dir": "/opt/slurm/etc/"}, "/opt/slurm/etc/epilog.stop"),
+                           ({"stop_file": None}, "/etc/slurm/epilog.stop"),
+                           ({"stop_file": "/etc/epilog-brake"}, "/etc/epilog-brake")):
+        assert render(tmp_path, {"epilog": pillar})["settings"]["stop_file"] == expect, pillar
+
+
+def test_a_part_turned_off_merges_with_the_others_on_and_every_release_holds_them(tmp_path):
+    out = render(tmp_path, {"epilog": {"parts": {"42-lastuserjob-cleanup": False}, "mode": "observe"}})["settings"]
+    assert out["parts"] == {**DEFAULTS["parts"], "42-lastuserjob-cleanup": False}
+    assert out["mode"] == "observe" and {"mode", "stop_file", "parts"} <= set(out)
+
+
+def test_the_parts_settings_name_the_formulas_parts_each_on():
+    """epilog:parts lists every part layout.yaml lays down in epilog.d/ and
+    prolog.d/, each on: the rules take the known names from defaults.yaml."""
+    names = [script["path"].split("/", 1)[1] for script in LAYOUT["scripts"] if "/" in script["path"]]
+    assert DEFAULTS["parts"] == dict.fromkeys(names, True)
 
 
 @pytest.mark.parametrize("metrics_file", ["", None, "/var/lib/prometheus/node-exporter/epilog.prom"])

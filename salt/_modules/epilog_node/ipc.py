@@ -270,9 +270,12 @@ def judge_all(uid, spared, read=read_rows, live=live_uid, pids=sem_pids, deadlin
 
 def clean(uid, spared, deadline, test=False):
     """Remove UID's objects that decide() lets go, until DEADLINE (a
-    time.monotonic()). The fact for the record: {removed: {kind: n},
-    bytes, kept: {reason: n}, left}."""
+    time.monotonic()); TEST: judge them the same and remove none. The fact
+    for the record: {removed: {kind: n}, bytes, kept: {reason: n}, left},
+    and would: true under TEST (what would have gone)."""
     fact = {"removed": dict.fromkeys(KINDS, 0), "bytes": 0, "kept": {}, "left": 0}
+    if test:
+        fact["would"] = True
     live = cached(live_uid)
     verdicts, fact["left"] = judge_all(uid, spared, live=live, deadline=deadline)
     for verdict in verdicts:

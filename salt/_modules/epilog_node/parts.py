@@ -107,9 +107,13 @@ def allow_edit(ctx, op, user):
     them up where /var/tmp and /etc share one), it is edited in place
     (in_place_writes), so that a revoke never fails open there. The record
     gets what changed: added, removed, present, absent, or left alone (the
-    log says why)."""
+    log says why); in observe mode a revoke decides under the lock and
+    writes nothing: would remove."""
     change = allow_change_here(ctx, op, user)
-    ctx.fact("allow", {"op": op, "change": change})
+    fact = {"op": op, "change": change}
+    if change.startswith("would "):
+        fact["would"] = True
+    ctx.fact("allow", fact)
 
 
 def allow_change_here(ctx, op, user):
@@ -159,6 +163,9 @@ def allow_change_here(ctx, op, user):
         if lines is None:
             ctx.log("info", ("already in %s" if change == "present" else "not in %s; nothing to remove") % path)
             return change
+        if op == "remove" and observing(ctx.settings):
+            ctx.log("info", "would remove the line from %s (observe mode, epilog:mode: nothing written)" % path)
+            return "would " + op
         new = b"".join(line + b"\n" for line in lines)
         where = ""
         try:
@@ -352,14 +359,7 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
         return Killed("refused", 0, [], [], "a process of uid %d runs" % x, {})
     seen = [entry for entry in seen if "(sshd: " not in entry]
     signalled = list(seen)
-    # Which of them are in a Slurm job's cgroup (proctrack/cgroup: the
-    # job's, which Slurm kills), and which run outside any job: for the
-    # record alone. kill(-1) reaches both alike.
-    jobs = {}
-    for entry in seen[:CLASSIFY_MAX]:
-        job = system.job_cgroup(entry.split("(", 1)[0], uid)
-        if job is not None:
-            jobs[entry] = job
+    jobs = _in_jobs(seen, uid)
     deadline = time.monotonic() + SECONDS
     if until is not None:
         deadline = min(deadline, until)
@@ -405,6 +405,32 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
             os.setgroups(groups)
         except OSError:
             pass
+
+
+def _in_jobs(seen, uid):
+    """{"pid(name)": job} of the first CLASSIFY_MAX of SEEN that are in a
+    Slurm job's cgroup (proctrack/cgroup: the job's, which Slurm kills);
+    the others run outside any job. For the record alone: kill(-1) reaches
+    both alike."""
+    jobs = {}
+    for entry in seen[:CLASSIFY_MAX]:
+        job = system.job_cgroup(entry.split("(", 1)[0], uid)
+        if job is not None:
+            jobs[entry] = job
+    return jobs
+
+
+def would_kill(uid, user):
+    """What kill_uid would signal now, with nothing signalled (observe
+    mode): the very scan its first round starts from (every live process
+    whose real or saved uid is UID, root's sshd monitors of USER's logins
+    waited for, not signalled), classified as it classifies them. A Killed
+    whose outcome is would."""
+    if not isinstance(uid, int) or not 1 <= uid <= system.UID_MAX_REAL:
+        return Killed("failed", 0, [], [], "uid %r is not one from 1 to 4294967294" % (uid,), {})
+    _, seen = _scan(uid, user, None)
+    seen = [entry for entry in seen if "(sshd: " not in entry]
+    return Killed("would", 0, seen, [], "", _in_jobs(seen, uid))
 
 
 def resume_parents(uid, pids):
@@ -496,7 +522,9 @@ def kill(ctx):
     uid = ctx.act_uid
     result = Killed("refused", 0, [], [], "no kill slot was free (%s/%s*: each held by another part 40)"
                     % (ctx.settings["run_dir"], KILL_LOCK), {})
-    for fd, x in kill_slots(ctx, uid):
+    if observing(ctx.settings):
+        result = would_kill(uid, ctx.user)
+    for fd, x in kill_slots(ctx, uid) if result.outcome != "would" else ():
         try:
             result = kill_uid(uid, ctx.user, until=ctx.deadline - 0.5, x=x)
         finally:
@@ -509,10 +537,12 @@ def kill(ctx):
     classified = min(len(result.signalled), CLASSIFY_MAX)
     own = [entry for entry, job in result.jobs.items() if job == ctx.job]
     other = sorted("%s job %s" % (entry, job) for entry, job in result.jobs.items() if job != ctx.job)
-    ctx.fact("kill", {"outcome": result.outcome, "rounds": result.rounds, "signalled": len(result.signalled),
-                      "strays": classified - len(result.jobs), "in_job_cgroup": len(own),
-                      "in_other_job_cgroup": len(other), "unclassified": len(result.signalled) - classified,
-                      "resumed": len(resumed)})
+    fact = {"outcome": result.outcome, "rounds": result.rounds, "signalled": len(result.signalled),
+            "strays": classified - len(result.jobs), "in_job_cgroup": len(own), "in_other_job_cgroup": len(other),
+            "unclassified": len(result.signalled) - classified, "resumed": len(resumed)}
+    if result.outcome == "would":
+        fact["would"] = True
+    ctx.fact("kill", fact)
     if resumed:
         ctx.log("info", "resumed the stopped parents of killed processes of uid %d (su, runuser): %s"
                 % (uid, some(resumed)))
@@ -524,9 +554,12 @@ def kill(ctx):
     if other:
         # In another job's cgroup: a job of the user's here that the evidence
         # did not see, or one whose cgroup Slurm could not empty.
-        ctx.log("warning", "processes of uid %d were in the cgroup of another Slurm job, killed with the rest: %s"
-                % (uid, some(other)))
-    if result.outcome == "done":
+        ctx.log("warning", "processes of uid %d were in the cgroup of another Slurm job, %s with the rest: %s"
+                % (uid, "would be killed" if result.outcome == "would" else "killed", some(other)))
+    if result.outcome == "would":
+        ctx.log("info", "would kill the processes of uid %d (observe mode, epilog:mode: none signalled): %s"
+                % (uid, signalled))
+    elif result.outcome == "done":
         ctx.log("info", "killed the processes of uid %d (%d round(s)): %s" % (uid, result.rounds, signalled))
     elif result.outcome == "bound":
         ctx.log("warning", "processes of uid %d survived %d %s; gave up (bound: %d rounds or %d s); killed first: %s"
@@ -542,12 +575,15 @@ def kill(ctx):
 CLEANED = ("/tmp", "/dev/shm")
 
 
-def _clear(top, uid, deadline):
+def _clear(top, uid, deadline, test=False):
     """Remove what UID owns under TOP, at every depth, never following a
     symlink, never leaving TOP's file system, unlinking relative to the
     directory it walks (opened without following a symlink, its inode
     checked): another account's entry stays, and so do the directories on
-    the path to it. (removed, errors)."""
+    the path to it. TEST (observe mode): the same walk, with nothing
+    unlinked or removed; what would go is counted as removed, and a
+    directory of UID's that something keeps from going (rmdir would find
+    it not empty) as an error. (removed, errors)."""
     removed = errors = 0
     try:
         top_fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -556,31 +592,46 @@ def _clear(top, uid, deadline):
     except OSError:
         return 0, 1
     device = os.fstat(top_fd).st_dev
-    # a stack of (directory fd, the names left in it, the name it has in its parent, its lstat)
-    stack = [(top_fd, None, None, None)]
+    # a stack of [directory fd, the names left in it, the name it has in
+    # its parent, its lstat, whether something in it stays]
+    stack = [[top_fd, None, None, None, False]]
     try:
         while stack:
-            fd, names, name, st = stack[-1]
+            frame = stack[-1]
+            fd, names, name, st, _ = frame
             if names is None:
                 try:
                     names = os.listdir(fd)
                 except OSError:
                     errors += 1
                     names = []
+                    frame[4] = True
                 names.reverse()
-                stack[-1] = (fd, names, name, st)
+                frame[1] = names
             if time.monotonic() > deadline:
                 errors += 1
                 break
             if not names:
                 stack.pop()
                 os.close(fd)
-                if stack and st.st_uid == uid:
+                if not stack:
+                    continue
+                gone = False
+                if st.st_uid == uid and test:
+                    gone = not frame[4]
+                    if gone:
+                        removed += 1
+                    else:
+                        errors += 1
+                elif st.st_uid == uid:
                     try:
                         os.rmdir(name, dir_fd=stack[-1][0])
                         removed += 1
+                        gone = True
                     except OSError:
                         errors += 1
+                if not gone:
+                    stack[-1][4] = True
                 continue
             entry = names.pop()
             try:
@@ -589,21 +640,29 @@ def _clear(top, uid, deadline):
                 continue
             except OSError:
                 errors += 1  # a FUSE mount of another user answers EACCES
+                frame[4] = True
                 continue
             if sub.st_dev != device:
+                frame[4] = True
                 continue  # another file system, mounted here: never entered
             if stat.S_ISDIR(sub.st_mode):
                 try:
                     sub_fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
                 except OSError:
                     errors += 1
+                    frame[4] = True
                     continue
                 if not os.path.samestat(sub, os.fstat(sub_fd)):
                     os.close(sub_fd)
                     errors += 1
+                    frame[4] = True
                     continue
-                stack.append((sub_fd, None, entry, sub))
-            elif sub.st_uid == uid:
+                stack.append([sub_fd, None, entry, sub, False])
+            elif sub.st_uid != uid:
+                frame[4] = True
+            elif test:
+                removed += 1
+            else:
                 try:
                     os.unlink(entry, dir_fd=fd)
                     removed += 1
@@ -611,9 +670,10 @@ def _clear(top, uid, deadline):
                     pass
                 except OSError:
                     errors += 1
+                    frame[4] = True
     finally:
-        for fd, _, _, _ in stack:
-            os.close(fd)
+        for frame in stack:
+            os.close(frame[0])
     return removed, errors
 
 
@@ -629,16 +689,22 @@ def cleanup(ctx):
                                                         else 1 << 16, hard))
     except (ImportError, ValueError, OSError):
         pass
+    would = observing(ctx.settings)
     for top in CLEANED:
-        done, failed = _clear(top, uid, ctx.deadline)
+        done, failed = _clear(top, uid, ctx.deadline, test=would)
         removed += done
         errors += failed
-    ctx.fact("cleanup", {"removed": removed, "rc": 1 if errors else 0})
+    fact = {"removed": removed, "rc": 1 if errors else 0}
+    said = "removed"
+    if would:
+        fact["would"] = True
+        said = "would remove (observe mode, epilog:mode: nothing removed)"
+    ctx.fact("cleanup", fact)
     if errors:
-        ctx.log("warning", "removed %d entries of uid %d under /tmp and /dev/shm; %d could not be removed or "
-                "looked at" % (removed, uid, errors))
+        ctx.log("warning", "%s %d entries of uid %d under /tmp and /dev/shm; %d could not be removed or looked at"
+                % (said, removed, uid, errors))
     else:
-        ctx.log("info", "removed %d entries of uid %d under /tmp and /dev/shm" % (removed, uid))
+        ctx.log("info", "%s %d entries of uid %d under /tmp and /dev/shm" % (said, removed, uid))
     if ctx.settings.get("ipc_cleanup", True):
         clean_ipc(ctx, uid)
 
@@ -677,14 +743,15 @@ def clean_ipc(ctx, uid):
         if not built:
             built.append(spared_uids(ctx.names["localusers"]))
         return built[0](owner)
-    fact = ipc.clean(uid, spared, ctx.deadline - 0.5)
+    fact = ipc.clean(uid, spared, ctx.deadline - 0.5, test=observing(ctx.settings))
     ctx.fact("ipc", fact)
     removed = fact["removed"]
     kept = sum(fact["kept"].values())
     if sum(removed.values()) or kept or fact["left"]:
         ctx.log("warning" if fact["left"] else "info",
-                "System V IPC of uid %d: removed %d segment(s) (%d bytes), %d semaphore set(s), %d queue(s); kept "
-                "%d%s%s" % (uid, removed["shm"], fact["bytes"], removed["sem"], removed["msg"], kept,
+                "System V IPC of uid %d: %s %d segment(s) (%d bytes), %d semaphore set(s), %d queue(s); kept "
+                "%d%s%s" % (uid, "would remove (observe mode)" if fact.get("would") else "removed", removed["shm"],
+                            fact["bytes"], removed["sem"], removed["msg"], kept,
                             " (%s)" % "; ".join("%s: %d" % item for item in sorted(fact["kept"].items())) if kept
                             else "", "; %d left for want of time" % fact["left"] if fact["left"] else ""))
 
@@ -735,7 +802,7 @@ def sweep(ctx):
     signal.signal(signal.SIGTERM, residue.terminated)
     try:
         report = residue.run_sweep(job=job, patterns=settings["scratch_patterns"], budget=settings["sweep_budget"],
-                                   log=ctx.log, uid=uid)
+                                   log=ctx.log, uid=uid, would=observing(settings))
     except residue.SweepError as exc:
         ctx.log("warning", "sweep could not run: %s" % exc)
         return
@@ -767,14 +834,71 @@ def warm(settings):
 # (epilog:ssh_access listfile)
 ALLOW_FILE_PARTS = ("39-lastuserjob-ssh", "50-exclusive-ssh")
 
+# Why a part does not run under the settings: WHY for the log, RECORDED for
+# the record.
+Off = system.fields("Off", "why recorded")
+
 
 def not_run(name, settings):
-    """Why the formula's part NAME does not run under SETTINGS, or None."""
+    """Why the formula's part NAME does not run under SETTINGS (an Off), or
+    None: turned off (epilog:parts), or an allow file part where the file
+    governs no ssh (epilog:ssh_access)."""
+    if (settings.get("parts") or {}).get(name) is False:
+        why = "off: epilog:parts:%s is false" % name
+        return Off(why, why)
     access = settings.get("ssh_access", "listfile")
     if name in ALLOW_FILE_PARTS and access != "listfile":
-        return ("epilog:ssh_access is %s: the chain never edits the ssh allow file"
-                % ("adopt (pam_slurm_adopt governs ssh)" if access == "adopt" else access))
+        return Off("epilog:ssh_access is %s: the chain never edits the ssh allow file"
+                   % ("adopt (pam_slurm_adopt governs ssh)" if access == "adopt" else access), "epilog:ssh_access")
     return None
+
+
+# -- observe mode and the brake -----------------------------------------------------
+# The parts that act on users' things: observe mode has them decide and
+# record what they would do, and do none of it; the brake skips them. Part
+# 50's grant is neither: adding the job user's line harms nobody, and
+# leaving it out would lock users out of their own job's node.
+ACTING = ("39-lastuserjob-ssh", "40-lastuserjob-processes", "42-lastuserjob-cleanup", "45-stale-x-display")
+
+
+def observing(settings):
+    """epilog:mode is observe: decide, record what would be done, do none of it."""
+    return settings.get("mode") == "observe"
+
+
+# on: the brake holds (since: the file's mtime); ignored: a file is there
+# that fails the trust rules (why says how)
+Brake = system.fields("Brake", "state path why since")
+
+
+def brake(path, trust):
+    """The brake, epilog:stop_file at PATH: None while no file is there (one
+    lstat, an ordinary job end's whole cost); on while it is a regular file
+    of root's in a directory only root can write (TRUST: system.Trust); any
+    other file there is ignored, and says why: a user who could plant one
+    must not be able to stop the cleanup of their own processes. Looked at
+    again before each acting part, so a brake set mid-chain stops the parts
+    still to come."""
+    if not path:
+        return None
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        return Brake("ignored", path, "%s cannot be looked at (%s)" % (path, exc.strerror), None)
+    directory = os.path.dirname(path) or "/"
+    if not stat.S_ISREG(st.st_mode):
+        why = "%s is not a regular file (%s)" % (path, "a symlink" if stat.S_ISLNK(st.st_mode) else
+                                                   "a directory" if stat.S_ISDIR(st.st_mode) else "not a file")
+    elif st.st_uid != 0:
+        why = "%s is owned by uid %d, not root" % (path, st.st_uid)
+    elif not trust.root_only(directory):
+        why = "%s is in %s, which another account can write (or it, or an ancestor, is a symlink or not root's)" \
+            % (path, directory)
+    else:
+        return Brake("on", path, "stopped by %s" % path, st.st_mtime)
+    return Brake("ignored", path, why + ": ignored, the brake is not on", None)
 
 
 ACTIONS = {

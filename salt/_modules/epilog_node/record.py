@@ -10,7 +10,14 @@ The record (schema v 1):
   last-job evidence), guard ({answer, why, listed, system}: the localusers
   guard; answer "not asked" when no lastuserjob part asked it), warnings
   (the lines logged as warnings, the parts' included), parts ([{part, ran,
-  rc, ms, facts} or {part, ran: false, why}]).
+  rc, ms, facts} or {part, ran: false, why}]), mode (enforce or observe:
+  epilog:mode; a record without one is enforce's); when they apply,
+  stopped (the stop file whose brake stopped an acting part or act),
+  stop_ignored (why a stop file there was ignored), off (between jobs:
+  the parts turned off that held its acts back).
+A part's fact with would: true says what it would have done and did not
+(observe mode; between jobs, the brake or its part turned off): the report
+and the metrics count it apart, as would (the counters epilog_would_*).
 Strings are cut at 256 characters and shown as printable ASCII; a record is
 kept below 4000 bytes (one write(2), whole even with job ends writing at
 once): a longer one loses its parts' facts (facts_dropped), then its parts
@@ -35,6 +42,8 @@ _DURATION = r"([0-9]{1,9})\s*([smhdw])\Z"
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 # the residue kinds a report counts: part 45's, and part 42's files
 RESIDUE_KINDS = ("x_socket", "x_lock", "clsbd", "scratch", "user_files")
+# epilog:mode's values
+MODES = ("enforce", "observe")
 
 
 class RecordError(ValueError):
@@ -57,16 +66,26 @@ def part_skipped(name, why):
     return {"part": name, "ran": False, "why": text(why)}
 
 
-def build(stage, node, job, user, uid, release, start, ms, other, guard, warnings, parts):
+def build(stage, node, job, user, uid, release, start, ms, other, guard, warnings, parts, mode="enforce",
+          stopped=None, stop_ignored=None, off=()):
     """One job end's record (a dict of the schema). OTHER: the last-job
     answer (an evidence.Answer) or None (a prolog); GUARD: the guard's
-    verdict (a guard.Verdict) or None (not asked)."""
+    verdict (a guard.Verdict) or None (not asked); MODE: epilog:mode;
+    STOPPED: the stop file whose brake stopped a part or act; STOP_IGNORED:
+    why a stop file was ignored; OFF: the parts turned off that held a look
+    between jobs back."""
     record = {"v": SCHEMA, "stage": stage, "node": text(node or ""),
               "job": int(job) if system.digits(job or "") and len(job) < 16 else None,
               "user": None if user is None else text(user),
               "uid": int(uid) if system.digits(uid or "") and len(uid) < 16 else None,
-              "release": release, "start": round(start, 3), "ms": max(int(ms), 0), "other": None, "guard": None,
-              "warnings": warnings, "parts": list(parts)}
+              "release": release, "mode": mode if mode in MODES else "enforce", "start": round(start, 3),
+              "ms": max(int(ms), 0), "other": None, "guard": None, "warnings": warnings, "parts": list(parts)}
+    if stopped:
+        record["stopped"] = text(stopped)
+    if stop_ignored:
+        record["stop_ignored"] = text(stop_ignored)
+    if off:
+        record["off"] = [text(name, 64) for name in off]
     if other is not None:
         record["other"] = {"answer": other.answer, "why": text(other.why)}
         record["guard"] = {"answer": "not asked", "why": ""} if guard is None else {
@@ -138,13 +157,11 @@ def ipc_kept_reason(reason):
             else "other_owner" if text.startswith("owned by") else "other")
 
 
-def ipc(record):
-    """{removed: {kind: n}, bytes, kept: {why: n}} of a record's part 42."""
+def ipc(record, would=False):
+    """{removed: {kind: n}, bytes, kept: {why: n}} of a record's part 42
+    (WOULD: of what it would have removed)."""
     out = {"removed": dict.fromkeys(IPC_KINDS, 0), "bytes": 0, "kept": dict.fromkeys(IPC_KEPT, 0)}
-    for part in record["parts"]:
-        fact = (part.get("facts") or {}).get("ipc") if isinstance(part.get("facts"), dict) else None
-        if not isinstance(fact, dict):
-            continue
+    for fact in facts_of(record, "ipc", would):
         for kind, n in (fact.get("removed") or {}).items():
             if kind in out["removed"] and isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 31:
                 out["removed"][kind] += n
@@ -165,10 +182,11 @@ STRAYS_METRIC = 'epilog_stray_processes_total{action="%s"}'
 
 
 def outcome(record):
-    """acts, spares, unknowns or None: what a record's job end decided."""
+    """acts, stopped (it would have acted: the brake stopped it), spares,
+    unknowns or None: what a record's job end decided."""
     other, guard = record.get("other") or {}, record.get("guard") or {}
     if other.get("answer") == "no" and guard.get("answer") == "act":
-        return "acts"
+        return "stopped" if stopped_parts(record) else "acts"
     if other.get("answer") == "yes" or (other.get("answer") == "no" and guard.get("answer") == "spare"):
         return "spares"
     if other.get("answer") == "unknown":
@@ -176,30 +194,98 @@ def outcome(record):
     return None
 
 
-def removed(record):
-    """{kind: entries removed} of a record's parts (part 42's as user_files)."""
-    out = {}
+def would_fact(fact):
+    """A part's FACT says what it would have done, and did not."""
+    return isinstance(fact, dict) and fact.get("would") is True
+
+
+def facts_of(record, key, would=False):
+    """The facts KEY (dicts) of RECORD's parts that say what was done, or
+    (WOULD) what would have been done and was not."""
+    out = []
     for part in record["parts"]:
-        facts = part.get("facts") or {}
-        sweep, cleanup = facts.get("sweep"), facts.get("cleanup")
-        if isinstance(sweep, dict):
-            for kind, counts in (sweep.get("counts") or {}).items():
-                out[kind] = out.get(kind, 0) + int(counts.get("removed", 0))
-        if isinstance(cleanup, dict):
-            out["user_files"] = out.get("user_files", 0) + int(cleanup.get("removed", 0))
+        facts = part.get("facts") if isinstance(part, dict) and isinstance(part.get("facts"), dict) else {}
+        fact = facts.get(key)
+        if isinstance(fact, dict) and would_fact(fact) == would:
+            out.append(fact)
     return out
 
 
-def signalled(record):
-    """{where: processes part 40 signalled} of a record (KILLED_KINDS)."""
+def _count(value):
+    """VALUE when it is a count a record may hold, else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 62 else 0
+
+
+def removed(record, would=False):
+    """{kind: entries removed} of a record's parts (part 42's as
+    user_files); WOULD: those that would have been."""
     out = {}
-    for part in record["parts"]:
-        kill = (part.get("facts") or {}).get("kill")
-        if isinstance(kill, dict):
-            for key, where in KILLED_KINDS:
-                if isinstance(kill.get(key), int):
-                    out[where] = out.get(where, 0) + kill[key]
+    for sweep in facts_of(record, "sweep", would):
+        for kind, counts in (sweep.get("counts") or {}).items() if isinstance(sweep.get("counts"), dict) else ():
+            if isinstance(counts, dict):
+                out[kind] = out.get(kind, 0) + _count(counts.get("removed"))
+    for cleanup in facts_of(record, "cleanup", would):
+        out["user_files"] = out.get("user_files", 0) + _count(cleanup.get("removed"))
     return out
+
+
+def signalled(record, would=False):
+    """{where: processes part 40 signalled} of a record (KILLED_KINDS);
+    WOULD: those it would have signalled."""
+    out = {}
+    for kill in facts_of(record, "kill", would):
+        for key, where in KILLED_KINDS:
+            if isinstance(kill.get(key), int):
+                out[where] = out.get(where, 0) + _count(kill[key])
+    return out
+
+
+def ssh_lines(record, would=False):
+    """The ssh allow lines part 39 removed (WOULD: would have removed)."""
+    return sum(1 for allow in facts_of(record, "allow", would)
+               if allow.get("op") == "remove" and allow.get("change") in ("removed", "would remove"))
+
+
+def stopped_parts(record):
+    """The lastuserjob parts of RECORD the brake stopped."""
+    return [part["part"] for part in record["parts"] if isinstance(part, dict) and not part.get("ran")
+            and "-lastuserjob-" in str(part.get("part")) and str(part.get("why", "")).startswith("stopped by ")]
+
+
+def acts(record, would=False):
+    """{counter: n}: what RECORD's job end or look between jobs did to
+    users' things (WOULD False), or what it would have done and did not
+    (observe mode; between jobs, the brake or a part turned off). The
+    counters epilog_<x> and epilog_would_<x> are one rule: would_metric()."""
+    out = {}
+
+    def add(key, n):
+        if n:
+            out[key] = out.get(key, 0) + n
+    if outcome(record) == "acts" and (record.get("mode") == "observe") == would:
+        add("epilog_acts_total", 1)
+    for kind, n in removed(record, would).items():
+        if kind in RESIDUE_KINDS:
+            add(RESIDUE_METRIC % kind, n)
+    for where, n in signalled(record, would).items():
+        add(KILLED_METRIC % where, n)
+    objects = ipc(record, would)
+    for kind, n in objects["removed"].items():
+        add(IPC_METRIC % kind, n)
+    add(IPC_BYTES_METRIC, objects["bytes"])
+    add(STRAYS_METRIC % "killed", stray_counts(record).get("would_kill" if would else "killed", 0))
+    return out
+
+
+# The counters acts() counts, each also as epilog_would_<x>.
+ACT_COUNTERS = ("epilog_acts_total", *(RESIDUE_METRIC % kind for kind in RESIDUE_KINDS),
+                *(KILLED_METRIC % where for _, where in KILLED_KINDS), *(IPC_METRIC % kind for kind in IPC_KINDS),
+                IPC_BYTES_METRIC, STRAYS_METRIC % "killed")
+
+
+def would_metric(key):
+    """The would counter of the act counter KEY: epilog_would_<x> of epilog_<x>."""
+    return "epilog_would_" + key[len("epilog_"):]
 
 
 def source(record):
@@ -208,26 +294,33 @@ def source(record):
 
 
 def stray_counts(record):
-    """{found, killed: processes} of a strays record."""
+    """{found, killed, would_kill: processes} of a strays record."""
     strays = record.get("strays") if isinstance(record.get("strays"), dict) else {}
     out = {}
-    for key, action in (("stray_processes", "found"), ("killed", "killed")):
+    for key, action in (("stray_processes", "found"), ("killed", "killed"), ("would_kill", "would_kill")):
         value = strays.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 31:
             out[action] = value
     return out
 
 
+# gauges of seconds with milliseconds: the stages' last durations, when the
+# last job end was
+SECONDS_GAUGES = ("epilog_last_chain_seconds", "epilog_last_job_end_timestamp_seconds")
+RELEASE_INFO = 'epilog_release_info{release="%s"}'
+MODE_METRIC = 'epilog_mode{mode="%s"}'
+
+
 def read_metrics(data):
-    """{name: value} of a textfile this code wrote: whole counters, and the
-    stages' last durations (seconds with milliseconds); any other line is
+    """{name: value} of a textfile this code wrote: whole counters and
+    gauges, and the gauges of seconds with milliseconds; any other line is
     dropped."""
     out = {}
     for raw in data.decode("ascii", "replace").split("\n"):
         name, _, value = raw.partition(" ")
         if not name or name.startswith("#") or len(value) > 15:
             continue
-        if name.startswith("epilog_last_chain_seconds"):
+        if name.split("{", 1)[0] in SECONDS_GAUGES:
             whole, dot, frac = value.partition(".")
             if system.digits(whole) and dot and len(frac) == 3 and system.digits(frac):
                 out[name] = value
@@ -275,12 +368,37 @@ def render_metrics(metric):
             "# TYPE epilog_stray_processes_total counter"]
     for action in ("found", "killed"):
         out.append("%s %d" % (STRAYS_METRIC % action, metric.get(STRAYS_METRIC % action, 0)))
+    # what the chain would have done and did not, each act counter's twin
+    family = None
+    for key in ACT_COUNTERS:
+        name = would_metric(key)
+        if name.split("{", 1)[0] != family:
+            family = name.split("{", 1)[0]
+            out += ["# HELP %s What %s counts, not done: observe mode (epilog:mode) decided it, or between jobs "
+                    "the brake (epilog:stop_file) or a part turned off (epilog:parts) held it back."
+                    % (family, key.split("{", 1)[0]), "# TYPE %s counter" % family]
+        out.append("%s %d" % (name, metric.get(name, 0)))
+    out += ["# HELP epilog_stopped_total Job ends and looks between jobs at which the brake (epilog:stop_file) "
+            "stopped an acting part or act.", "# TYPE epilog_stopped_total counter",
+            "epilog_stopped_total %d" % metric.get("epilog_stopped_total", 0)]
     out += ["# HELP epilog_last_chain_seconds How long the last chain of the stage ran.",
             "# TYPE epilog_last_chain_seconds gauge"]
     for stage in ("epilog", "prolog"):
         key = 'epilog_last_chain_seconds{stage="%s"}' % stage
         if key in metric:
             out.append("%s %s" % (key, metric[key]))
+    if "epilog_last_job_end_timestamp_seconds" in metric:
+        out += ["# HELP epilog_last_job_end_timestamp_seconds When the last job end's chain ended.",
+                "# TYPE epilog_last_job_end_timestamp_seconds gauge",
+                "epilog_last_job_end_timestamp_seconds %s" % metric["epilog_last_job_end_timestamp_seconds"]]
+    releases = sorted(key for key in metric if key.startswith(RELEASE_INFO.split("%", 1)[0]))
+    if releases:
+        out += ["# HELP epilog_release_info The release the last job end or start ran (epilog-releases/<id>).",
+                "# TYPE epilog_release_info gauge"] + ["%s %d" % (key, metric[key]) for key in releases]
+    if any(MODE_METRIC % mode in metric for mode in MODES):
+        out += ["# HELP epilog_mode The mode (epilog:mode) the last job end or start ran in: 1 for it.",
+                "# TYPE epilog_mode gauge"] + ["%s %d" % (MODE_METRIC % mode, metric.get(MODE_METRIC % mode, 0))
+                                               for mode in MODES]
     return "\n".join(out) + "\n"
 
 
@@ -320,35 +438,37 @@ def update_metrics(trust, path, record):
         def add(key, n):
             metric[key] = int(metric.get(key, 0)) + n
 
-        # System V IPC objects: part 42's, and a look's between jobs
-        objects = ipc(record)
-        for kind, n in objects["removed"].items():
-            add(IPC_METRIC % kind, n)
-        add(IPC_BYTES_METRIC, objects["bytes"])
-        for reason, n in objects["kept"].items():
-            add(IPC_KEPT_METRIC % reason, n)
+        # what was done, and (its twin, one rule) what would have been
+        for would in (False, True):
+            for key, n in acts(record, would).items():
+                add(would_metric(key) if would else key, n)
+            # the IPC objects kept are decisions, whatever was done
+            for reason, n in ipc(record, would)["kept"].items():
+                add(IPC_KEPT_METRIC % reason, n)
+        if record.get("stopped"):
+            add("epilog_stopped_total", 1)
+        add("epilog_warnings_total", record["warnings"])
         if record["stage"] in BETWEEN_JOBS:
             # a look between jobs: no job end, and no chain's duration
             add(BETWEEN_METRIC % (record["stage"], source(record)), 1)
-            for action, n in stray_counts(record).items():
-                add(STRAYS_METRIC % action, n)
-            for kind, n in removed(record).items():
-                if kind in RESIDUE_KINDS:
-                    add(RESIDUE_METRIC % kind, n)
-            add("epilog_warnings_total", record["warnings"])
+            add(STRAYS_METRIC % "found", stray_counts(record).get("found", 0))
             system.replace_file(path, render_metrics(metric).encode("ascii"))
             return True
         add('epilog_job_ends_total{stage="%s"}' % record["stage"], 1)
-        decided = outcome(record)
-        if decided:
-            add("epilog_%s_total" % decided, 1)
-        for kind, n in removed(record).items():
-            if kind in RESIDUE_KINDS:
-                add(RESIDUE_METRIC % kind, n)
-        for where, n in signalled(record).items():
-            add(KILLED_METRIC % where, n)
-        add("epilog_warnings_total", record["warnings"])
+        if outcome(record) in ("spares", "unknowns"):
+            add("epilog_%s_total" % outcome(record), 1)
         metric['epilog_last_chain_seconds{stage="%s"}' % record["stage"]] = "%d.%03d" % divmod(record["ms"], 1000)
+        # what the node runs: the release and the mode of the last chain,
+        # when the last job end ended
+        for key in [key for key in metric if key.startswith(RELEASE_INFO.split("%", 1)[0])]:
+            del metric[key]
+        if system.plain(str(record.get("release") or ""), "._-"):
+            metric[RELEASE_INFO % record["release"]] = 1
+        for mode in MODES:
+            metric[MODE_METRIC % mode] = 1 if record.get("mode", "enforce") == mode else 0
+        if record["stage"] == "epilog":
+            metric["epilog_last_job_end_timestamp_seconds"] = "%d.%03d" % divmod(
+                round(record["start"] * 1000) + record["ms"], 1000)
         system.replace_file(path, render_metrics(metric).encode("ascii"))
         return True
     except OSError:
@@ -557,6 +677,10 @@ def decision(record):
     if other.get("answer") == "yes":
         return "spared", "another job of the user on this node"
     if guard.get("answer") == "act":
+        if stopped_parts(record):
+            return "stopped", "the brake: %s" % record.get("stopped")
+        if record.get("mode") == "observe":
+            return "would have acted", "observe mode (epilog:mode): nothing was done"
         return "acted", None
     if guard.get("answer") == "spare":
         answer, system_account = guard.get("listed"), guard.get("system")
@@ -585,12 +709,17 @@ def what_was_done(record):
             done[name] = f"ran, exit {part.get('rc')}, {part.get('ms')} ms" + (f": {json.dumps(facts, sort_keys=True)}"
                                                                               if facts else "")
     decided, reason = decision(record)
-    return {
+    out = {
         "job": record.get("job"), "at": when(record.get("start")), "release": record.get("release"),
+        "mode": record.get("mode", "enforce"),
         "decision": decided or "no lastuserjob part at stake", "reason": reason,
         "other_jobs": record.get("other"), "localusers": record.get("guard"),
         "parts": done, "warnings": record.get("warnings"), "ms": record.get("ms"),
     }
+    for key in ("stopped", "stop_ignored"):
+        if record.get(key):
+            out[key] = record[key]
+    return out
 
 
 def summary(chosen, start=None):
@@ -608,36 +737,75 @@ def summary(chosen, start=None):
                          "stray_users_found": 0, "stray_processes_found": 0, "stray_processes_killed": 0,
                          "removed": dict.fromkeys(RESIDUE_KINDS[:-1], 0),
                          "ipc_removed": dict.fromkeys(IPC_KINDS, 0), "ipc_bytes_removed": 0},
+        "ssh_lines_removed": 0,
+        # observe mode, the brake, the parts turned off
+        "modes": dict.fromkeys(MODES, 0),
+        "would": {"acted": 0, "users": [], "processes_signalled": 0, "ssh_lines_removed": 0,
+                  "residue": dict.fromkeys(RESIDUE_KINDS, 0),
+                  "ipc": {"removed": dict.fromkeys(IPC_KINDS, 0), "bytes": 0},
+                  "between_jobs": {"removed": dict.fromkeys(RESIDUE_KINDS[:-1], 0), "stray_processes_killed": 0,
+                                   "ipc_removed": dict.fromkeys(IPC_KINDS, 0), "ipc_bytes_removed": 0}},
+        "stopped": {"job_ends": 0, "acts": 0, "looks": 0, "files": []},
+        "stop_file_ignored": 0,
+        "parts_off": {},
     }
-    acted_on = set()
-    between = out["between_jobs"]
+    acted_on, would_act_on, stop_files = set(), set(), set()
+    between, would = out["between_jobs"], out["would"]
     for rec in chosen:
         out["warnings"] += rec.get("warnings") if isinstance(rec.get("warnings"), int) else 0
+        if rec.get("stopped"):
+            stop_files.add(str(rec["stopped"]))
+            out["stopped"]["looks" if rec.get("stage") in BETWEEN_JOBS else "job_ends"] += 1
+        if rec.get("stop_ignored"):
+            out["stop_file_ignored"] += 1
+        for name in [str(part.get("part")) for part in rec["parts"] if isinstance(part, dict) and not part.get("ran")
+                     and str(part.get("why", "")).startswith("off: ")] + [str(name) for name in rec.get("off") or ()]:
+            out["parts_off"][name] = out["parts_off"].get(name, 0) + 1
         if rec.get("stage") in BETWEEN_JOBS:
             between["sweeps" if rec["stage"] == "sweep" else "strays_looks"][source(rec)] += 1
             counts = stray_counts(rec)
             between["stray_processes_found"] += counts.get("found", 0)
             between["stray_processes_killed"] += counts.get("killed", 0)
+            would["between_jobs"]["stray_processes_killed"] += counts.get("would_kill", 0)
             users = (rec.get("strays") or {}).get("stray_users") if isinstance(rec.get("strays"), dict) else None
             between["stray_users_found"] += users if isinstance(users, int) and not isinstance(users, bool) else 0
-            for kind, n in removed(rec).items():
-                if kind in between["removed"] and isinstance(n, int):
-                    between["removed"][kind] += n
-            objects = ipc(rec)
-            for kind, n in objects["removed"].items():
-                between["ipc_removed"][kind] += n
-            between["ipc_bytes_removed"] += objects["bytes"]
+            for into, was in ((between, False), (would["between_jobs"], True)):
+                for kind, n in removed(rec, was).items():
+                    if kind in into["removed"]:
+                        into["removed"][kind] += n
+                objects = ipc(rec, was)
+                for kind, n in objects["removed"].items():
+                    into["ipc_removed"][kind] += n
+                into["ipc_bytes_removed"] += objects["bytes"]
             continue
         if rec.get("stage") != "epilog":
             out["prologs"] += 1
             continue
         out["job_ends"] += 1
+        out["modes"]["observe" if rec.get("mode") == "observe" else "enforce"] += 1
         decided, reason = decision(rec)
         if decided == "acted":
             out["acted"] += 1
             acted_on.add(str(rec.get("user")))
+        elif decided == "would have acted":
+            would["acted"] += 1
+            would_act_on.add(str(rec.get("user")))
+        elif decided == "stopped":
+            out["stopped"]["acts"] += 1
         elif decided:
             out[decided][reason] = out[decided].get(reason, 0) + 1
+        out["ssh_lines_removed"] += ssh_lines(rec)
+        would["ssh_lines_removed"] += ssh_lines(rec, True)
+        would["processes_signalled"] += sum(signalled(rec, True).values())
+        for kind, n in removed(rec, True).items():
+            if kind in would["residue"]:
+                would["residue"][kind] += n
+        objects = ipc(rec, True)
+        for kind, n in objects["removed"].items():
+            would["ipc"]["removed"][kind] += n
+        would["ipc"]["bytes"] += objects["bytes"]
+        for what, n in objects["kept"].items():  # kept is a decision, in either mode
+            out["ipc"]["kept"][what] += n
         objects = ipc(rec)
         for key in ("removed", "kept"):
             for what, n in objects[key].items():
@@ -648,7 +816,15 @@ def summary(chosen, start=None):
                               "at": when(rec.get("start"))}
         for part in part_facts(rec).values():
             facts = part.get("facts") if isinstance(part.get("facts"), dict) else {}
-            kill, cleanup, sweep = facts.get("kill"), facts.get("cleanup"), facts.get("sweep")
+            # what would have been done is the would section's; the residue
+            # kept is a decision, in either mode
+            kill, cleanup, sweep = [None if would_fact(fact) else fact for fact in
+                                    (facts.get("kill"), facts.get("cleanup"), facts.get("sweep"))]
+            if isinstance(facts.get("sweep"), dict) and would_fact(facts["sweep"]):
+                out["sweeps"] += 1
+                for kind, counts in (facts["sweep"].get("counts") or {}).items():
+                    if kind in out["residue"]["kept"] and isinstance(counts, dict) and _count(counts.get("kept")):
+                        out["residue"]["kept"][kind] += counts["kept"]
             if isinstance(kill, dict) and isinstance(kill.get("signalled"), int):
                 out["processes_signalled"] += kill["signalled"]
                 # of them, those outside any job (the chain's to kill) and
@@ -667,4 +843,6 @@ def summary(chosen, start=None):
                                 and isinstance(counts.get(what), int):
                             out["residue"][what][kind] += counts[what]
     out["users_acted_on"] = sorted(acted_on)
+    would["users"] = sorted(would_act_on)
+    out["stopped"]["files"] = sorted(stop_files)
     return out

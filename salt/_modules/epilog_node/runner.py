@@ -92,6 +92,8 @@ class Run:
         self.marks_trusted = False
         self.other = None
         self.guard = None
+        self.stopped = None  # the stop file, once the brake stopped a part
+        self.stop_ignored = None  # why a stop file there was ignored
         self.outcomes = {}
         self.records = []
         self._ending = []  # workers that ended, to reap
@@ -728,7 +730,7 @@ class Run:
             self.mark_start()
             lock, locked_at = None, None
         found = self.parts()
-        # the formula's parts these settings leave out (epilog:ssh_access)
+        # the formula's parts these settings leave out (epilog:parts, epilog:ssh_access)
         off = {name: parts.not_run(name, self.settings) for name, _, own, _ in found if own}
         own_after = sum(1 for name, _, own, why in found if own and not off[name])
         lastuserjob = sum(1 for name, _, _, why in found if "-lastuserjob-" in name and why is None
@@ -740,7 +742,7 @@ class Run:
                 os.close(lock)
                 lock = None
             if off.get(name):
-                entries.append(self.skip(name, "info", off[name], "epilog:ssh_access"))
+                entries.append(self.skip(name, "info", off[name].why, off[name].recorded))
                 continue
             if "-lastuserjob-" in name and why is None:
                 lastuserjob -= 1
@@ -785,6 +787,14 @@ class Run:
                                                  "a new job of the user may start"))
                         continue
                     left = min(left, until)
+            # The brake, after the decisions (the marks, the evidence and
+            # the guard: later job ends depend on them), before each acting
+            # part: one set mid-chain stops the parts still to come.
+            if own and name in parts.ACTING:
+                stop = self.stopped_by()
+                if stop:
+                    entries.append(self.skip(name, "info", stop, stop, outcome=("stopped", stop)))
+                    continue
             if self.explain:
                 self.log.info("running %s%s" % (name, " for uid %d" % act_uid if act_uid else ""))
                 self.outcomes[name] = ("run", act_uid)
@@ -818,6 +828,26 @@ class Run:
         return self.skip(name, "warning", "the chain's deadline of %ds is reached" % self.settings["chain_timeout"],
                          "the chain's deadline")
 
+    def stopped_by(self):
+        """The brake (epilog:stop_file, parts.brake), looked at before each
+        acting part: "stopped by PATH" while it holds, else None. The first
+        time it holds in this run, a warning says so; a file there that
+        fails the trust rules is warned about once, and changes nothing."""
+        found = parts.brake(self.settings.get("stop_file"), self.trust)
+        if found is None:
+            return None
+        if found.state == "on":
+            if self.stopped is None:
+                self.stopped = found.path
+                self.log.warning("the brake is on: %s exists (since %s): parts %s do not run; rm %s releases it"
+                                 % (found.path, time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(found.since)),
+                                    ", ".join(name[:2] for name in parts.ACTING), found.path))
+            return found.why
+        if self.stop_ignored is None:
+            self.stop_ignored = found.why
+            self.log.warning("stop file %s" % found.why)
+        return None
+
     def skip(self, name, level, logged, why, outcome=None):
         """Part NAME does not run: the log says LOGGED, the record WHY."""
         self.log.line(level, "skipping %s: %s" % (name, logged))
@@ -832,7 +862,8 @@ class Run:
         settings = self.settings
         rec = record.build(self.stage, self.env.get("SLURMD_NODENAME"), self.job, self.user,
                            self.env.get("SLURM_JOB_UID"), self.release, self.start, self.elapsed() * 1000,
-                           self.other if self.stage == "epilog" else None, self.guard, self.log.warnings, entries)
+                           self.other if self.stage == "epilog" else None, self.guard, self.log.warnings, entries,
+                           mode=settings.get("mode", "enforce"), stopped=self.stopped, stop_ignored=self.stop_ignored)
         record.write(self.trust, settings["record_file"], settings["record_max_kb"] * 1024, rec)
         if settings.get("metrics_file") and self.elapsed() < settings["chain_timeout"] - 3:
             record.update_metrics(self.trust, settings["metrics_file"], rec)
@@ -889,8 +920,13 @@ def part(argv0):
         run = Run(os.path.dirname(stage_dir), stage, dict(os.environ), source=name)
         off = parts.not_run(name, run.settings)
         if off:
-            run.log.info("not run: %s" % off)
+            run.log.info("not run: %s" % off.why)
             return 0
+        if name in parts.ACTING:
+            stop = run.stopped_by()
+            if stop:
+                run.log.info("not run: %s" % stop)
+                return 0
         run.identity = guard.identity(run.user, run.env.get("SLURM_JOB_UID"), guard.resolve, run.account_chars)
         act_uid = None
         if "-lastuserjob-" in name:
@@ -934,7 +970,8 @@ def explain(release_dir, env, slurmd_pid=None):
     run.prepare_marks()
     run.finish(run.chain())
     return {"lines": run.log.captured, "other": run.other, "guard": run.guard, "parts": run.outcomes,
-            "identity": run.identity}
+            "identity": run.identity, "mode": run.settings.get("mode", "enforce"),
+            "stop_file": run.settings.get("stop_file"), "stopped": run.stopped, "stop_ignored": run.stop_ignored}
 
 
 if __name__ == "__main__":  # pragma: no cover - the entry points call main() and part()

@@ -30,7 +30,14 @@ rules and nothing else:
   objects (a crashed job's segments) is told the same way, with no
   processes: killed, it only has its objects removed. ipc_only (what
   epilog.sweep asks): only those accounts that hold objects, and, with
-  kill, only their objects removed.
+  kill, only their objects removed;
+* held back as at a job end: in observe mode (epilog:mode) the kill runs
+  parts 39 and 40 as observe mode runs them (deciding, under the lock,
+  what they would do, and doing none of it) and judges the IPC objects
+  without removing one; the brake (epilog:stop_file) stops the kill
+  before it starts; a part turned off (epilog:parts) does not run, and
+  the IPC objects are only judged while 42 is off. The report and the
+  record say which.
 
 judge() is the decision, a function of its facts; run() gathers them. Only
 "stray" is ever killed; "unknown" never is.
@@ -172,7 +179,9 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0, i
     facts = evidence.NodeFacts(run_, False, int(now))
     users, nameless = [], []
     counts = dict.fromkeys(("stray", "job", "operator", "system", "unknown"), 0)
-    killed = 0
+    killed = would_kill = 0
+    # the IPC objects are judged and none removed: observe mode, or 42 off
+    ipc_held = parts.observing(settings) or parts.not_run("42-lastuserjob-cleanup", settings) is not None
     ipc_counts = {"users": 0, "objects": 0, "bytes": 0, "removed": 0, "bytes_removed": 0}
     removed_ipc = {"removed": dict.fromkeys(("shm", "sem", "msg"), 0), "bytes": 0, "kept": {}, "left": 0}
     # the accounts with processes first: those with objects alone after them
@@ -210,11 +219,19 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0, i
                     ipc_counts["objects"] += objects
                     ipc_counts["bytes"] += entry["ipc"]["bytes"]
                 if kill:
-                    entry["kill"] = "would kill" if test else _kill(run_, uid, name, held, deadline,
-                                                                    processes=bool(procs) and not ipc_only)
-                    held = None
+                    # the brake, looked at before each account's kill
+                    stop = run_.stopped_by()
+                    if stop or test:
+                        entry["kill"] = stop or "would kill"
+                    else:
+                        entry["kill"] = _kill(run_, uid, name, held, deadline, processes=bool(procs) and not ipc_only,
+                                              ipc_test=ipc_held)
+                        held = None
                     if isinstance(entry["kill"], dict):
-                        killed += entry["kill"]["signalled"]
+                        if entry["kill"]["outcome"] == "would":
+                            would_kill += entry["kill"]["would_signal"]
+                        else:
+                            killed += entry["kill"]["signalled"]
                         _add_ipc(removed_ipc, entry["kill"].get("ipc"))
             elif answer == "unknown" and not test:
                 run_.log.warning("strays: uid %d (%s) not told: %s; left alone" % (uid, system.show(name or "?"),
@@ -233,18 +250,31 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0, i
                          % (len(nameless), parts.some(["%d(%d)" % (n["uid"], n["processes"]) for n in nameless])))
     # the strays first, in the report and the record
     users.sort(key=lambda u: (u["answer"] != "stray", u["uid"]))
+    gone = "ipc_would_remove" if ipc_held else "ipc_removed"
     report = {
         "node": run_.env.get("SLURMD_NODENAME", ""), "release": run_.release, "test": bool(test), "kill": bool(kill),
-        "source": source, "users": users, "no_account": nameless[:LIST_MAX],
+        "source": source, "mode": settings.get("mode", "enforce"), "users": users, "no_account": nameless[:LIST_MAX],
         "counts": {"stray_users": counts["stray"], "stray_processes": sum(u["processes"] for u in users
                                                                            if u["answer"] == "stray"),
-                   "killed": killed, "job_users": counts["job"], "unknown_users": counts["unknown"],
-                   "no_account_uids": len(nameless), "operators": counts["operator"],
-                   "system_accounts": counts["system"], "ipc_users": ipc_counts["users"],
-                   "ipc_objects": ipc_counts["objects"], "ipc_bytes": ipc_counts["bytes"],
-                   "ipc_removed": sum(removed_ipc["removed"].values()), "ipc_bytes_removed": removed_ipc["bytes"]},
+                   "killed": killed, "would_kill": would_kill, "job_users": counts["job"],
+                   "unknown_users": counts["unknown"], "no_account_uids": len(nameless),
+                   "operators": counts["operator"], "system_accounts": counts["system"],
+                   "ipc_users": ipc_counts["users"], "ipc_objects": ipc_counts["objects"],
+                   "ipc_bytes": ipc_counts["bytes"], "ipc_removed": 0, "ipc_bytes_removed": 0,
+                   "ipc_would_remove": 0, "ipc_bytes_would_remove": 0},
         "ms": int((time.time() - now) * 1000),
     }
+    report["counts"][gone] = sum(removed_ipc["removed"].values())
+    report["counts"][gone.replace("ipc_", "ipc_bytes_")] = removed_ipc["bytes"]
+    if ipc_held:
+        removed_ipc["would"] = True
+    # what held this look's acts back: the brake, the parts turned off
+    if run_.stopped:
+        report["stopped"] = run_.stopped
+    if run_.stop_ignored:
+        report["stop_ignored"] = run_.stop_ignored
+    acting = ("42-lastuserjob-cleanup",) if ipc_only else (*KILL_PARTS, "42-lastuserjob-cleanup")
+    report["off"] = [name for name in acting if kill and not test and (settings.get("parts") or {}).get(name) is False]
     if ipc_only:
         report["ipc_fact"] = removed_ipc  # for the sweep's record
     elif not test:
@@ -314,14 +344,15 @@ def _add_ipc(total, fact):
     total["left"] += fact.get("left", 0)
 
 
-def _kill(run_, uid, name, held, deadline, processes=True):
-    """Parts 39 (unless the settings leave it out) and 40 for UID (unless
-    not PROCESSES: an account that runs nothing here), each in a worker of
-    its own, then its System V IPC objects (those made meanwhile too), with
-    the user's lock HELD ((descriptor, when taken), closed here)
-    throughout, and never past the prolog's wait for it (as a job end's
-    lastuserjob parts), nor DEADLINE. What 40 reported: outcome,
-    signalled, and the parts' exit status."""
+def _kill(run_, uid, name, held, deadline, processes=True, ipc_test=False):
+    """Parts 39 and 40 for UID (each unless the settings leave it out;
+    unless not PROCESSES: an account that runs nothing here), each in a
+    worker of its own, then its System V IPC objects (those made meanwhile
+    too; IPC_TEST: judged, none removed), with the user's lock HELD
+    ((descriptor, when taken), closed here) throughout, and never past the
+    prolog's wait for it (as a job end's lastuserjob parts), nor DEADLINE.
+    What 40 reported: outcome (would, in observe mode), signalled (or
+    would: what it would have signalled), and the parts' exit status."""
     lock, taken = held if held is not None else (None, time.monotonic())
     until = min(deadline, taken + run_.lock_wait() - 3)
     done, facts = {}, {}
@@ -329,7 +360,9 @@ def _kill(run_, uid, name, held, deadline, processes=True):
         run_.user = name
         run_.identity = guard.Identity(True, uid, "")
         for part in KILL_PARTS if processes else ():
-            if parts.not_run(part, run_.settings):
+            off = parts.not_run(part, run_.settings)
+            if off:
+                done[part] = "not run: %s" % off.why
                 continue
             seconds = min(run_.settings["part_timeout"], int(until - time.monotonic()))
             if seconds < 1:
@@ -343,11 +376,13 @@ def _kill(run_, uid, name, held, deadline, processes=True):
         if run_.settings.get("ipc_cleanup", True) and time.monotonic() < until:
             from . import ipc  # pylint: disable=import-outside-toplevel
 
-            facts["ipc"] = ipc.clean(uid, parts.spared_uids(run_.names["localusers"]), until)
+            facts["ipc"] = ipc.clean(uid, parts.spared_uids(run_.names["localusers"]), until, test=ipc_test)
             removed = facts["ipc"]["removed"]
             if sum(removed.values()):
-                run_.log.info("strays: removed the System V IPC objects of uid %d: %d segment(s) (%d bytes), %d "
-                              "semaphore set(s), %d queue(s)" % (uid, removed["shm"], facts["ipc"]["bytes"],
+                run_.log.info("strays: %s the System V IPC objects of uid %d: %d segment(s) (%d bytes), %d "
+                              "semaphore set(s), %d queue(s)" % ("would remove (not removed: observe mode, or "
+                                                                 "42 off)" if ipc_test else "removed", uid,
+                                                                 removed["shm"], facts["ipc"]["bytes"],
                                                                  removed["sem"], removed["msg"]))
     finally:
         if lock is not None:
@@ -355,9 +390,12 @@ def _kill(run_, uid, name, held, deadline, processes=True):
     kill = facts.get(KILL_PART, {}).get("kill")
     kill = kill if isinstance(kill, dict) else {}
     signalled = kill.get("signalled")
-    return {"parts": done, "outcome": kill.get("outcome", "not run"),
-            "signalled": signalled if isinstance(signalled, int) and not isinstance(signalled, bool) else 0,
-            "ipc": facts.get("ipc")}
+    signalled = signalled if isinstance(signalled, int) and not isinstance(signalled, bool) else 0
+    out = {"parts": done, "outcome": kill.get("outcome", "not run"), "signalled": 0 if kill.get("would") else signalled,
+           "ipc": facts.get("ipc")}
+    if kill.get("would"):
+        out["would_signal"] = signalled
+    return out
 
 
 def _record(run_, report, removed_ipc):
@@ -366,11 +404,13 @@ def _record(run_, report, removed_ipc):
     part 42's fact (the metrics and epilog.report count it)."""
     users = [{"user": record.text(u["user"] or "", 64), "uid": u["uid"], "answer": u["answer"],
               "processes": u["processes"], "kill": u["kill"].get("outcome") if isinstance(u.get("kill"), dict)
-              else None} for u in report["users"][:RECORD_USERS]]
+              else "stopped" if str(u.get("kill", "")).startswith("stopped by ") else None}
+             for u in report["users"][:RECORD_USERS]]
     ran = [record.part_ran("epilog.strays", 0, report["ms"], {"ipc": removed_ipc})] \
         if sum(removed_ipc["removed"].values()) or removed_ipc["kept"] else []
     rec = record.build("strays", report["node"], None, None, None, run_.release, run_.start, report["ms"], None,
-                       None, run_.log.warnings, ran)
+                       None, run_.log.warnings, ran, mode=report["mode"], stopped=report.get("stopped"),
+                       stop_ignored=report.get("stop_ignored"), off=report["off"])
     rec.update(source=report["source"], kill=report["kill"], strays=dict(report["counts"], users=users,
                                                                           users_more=max(0, len(report["users"])
                                                                                          - RECORD_USERS)))

@@ -273,8 +273,12 @@ def judge_display(f):
 
 
 class _Sweep:
-    def __init__(self, test, job, patterns, budget, log, uid=None, locks=None):
-        self.test = test
+    def __init__(self, test, job, patterns, budget, log, uid=None, locks=None, would=False):
+        # would: decide as a sweep that removes does (its locks too), and
+        # remove nothing (observe mode, the brake, part 45 turned off)
+        self.test = test or would
+        self.would = would
+        self.purged = "would be purged" if self.test else "purged"
         self.locks = locks
         self.job = job
         self.uid = uid
@@ -283,7 +287,7 @@ class _Sweep:
         self.budget = budget
         self.log = log
         self.report = {
-            "test": test,
+            "test": self.test,
             "job": job,
             "removed": [],
             "would_remove": [],
@@ -456,7 +460,7 @@ class _Sweep:
         self.check_budget()
         self._decided.add(path)
         lock = None
-        if self.locks is not None and not self.test:
+        if self.locks is not None and (not self.test or self.would):
             # between jobs: an owner's job end or prolog may be acting; its
             # lock is theirs until it is done
             lock = self.user_lock(expect.st_uid)
@@ -642,7 +646,8 @@ class _Sweep:
             self.keep("scratch", path, f"owned by uid {st.st_uid}, not the job's uid {self.uid}")
             return
         if self.remove("scratch", tmp_fd, name, path, st):
-            self.note("info", "job scratch purged", f"job scratch purged: {system.show(path)}", system.show(path))
+            self.note("info", f"job scratch {self.purged}", f"job scratch {self.purged}: {system.show(path)}",
+                      system.show(path))
 
     def _x11_entries(self, tmp_fd):
         """{display: (name, lstat)} of the sockets in /tmp/.X11-unix, and an
@@ -749,7 +754,8 @@ class _Sweep:
             self.note(level, "kept X displays and locks whose lock is malformed or unreadable", line,
                       lock_path and system.show(lock_path))
         if purged:
-            self.note("info", "stale X displays purged", f"stale X display purged: :{display}", f":{display}")
+            self.note("info", f"stale X displays {self.purged}", f"stale X display {self.purged}: :{display}",
+                      f":{display}")
 
     def _clsbd(self, tmp_fd, name):
         self.check_budget()
@@ -772,7 +778,8 @@ class _Sweep:
             self.keep("clsbd", path, f"pid {pid} alive ({self.comm(pid)})")
             return
         if self.remove("clsbd", tmp_fd, name, path, st):
-            self.note("info", "stale clsbd purged", f"stale clsbd purged: {system.show(path)}", system.show(path))
+            self.note("info", f"stale clsbd {self.purged}", f"stale clsbd {self.purged}: {system.show(path)}",
+                      system.show(path))
 
 
 def kind_of(st):
@@ -820,19 +827,21 @@ def _check_args(job, patterns, budget, uid):
     return job, list(patterns), budget, uid
 
 
-def run_sweep(test=False, job=None, patterns=(), budget=10, log=None, uid=None, locks=None):
+def run_sweep(test=False, job=None, patterns=(), budget=10, log=None, uid=None, locks=None, would=False):
     """The sweep, as part 45 and epilog.sweep run it. With JOB, that job's
     scratch goes too, and only the entries owned by UID. LOG(level, line)
     gets what the sweep did (a preview, test=True, logs nothing). LOCKS:
     the run directory, between jobs (epilog.sweep): an entry goes only
     while its owner's lock there is free, and is kept while a job end or
     prolog of theirs holds it (a directory only root can write; else
-    None). Returns the report dict; raises SweepError when the sweep itself
-    cannot run."""
+    None). WOULD: decide as a sweep that removes, locks included, log what
+    would go, and remove nothing (observe mode; between jobs, the brake or
+    part 45 turned off): a report like test's. Returns the report dict;
+    raises SweepError when the sweep itself cannot run."""
     job, patterns, budget, uid = _check_args(job, patterns, budget, uid)
-    if test or log is None:
+    if (test and not would) or log is None:
         log = _quiet
-    return _Sweep(bool(test), job, patterns, budget, log, uid=uid, locks=locks).run()
+    return _Sweep(bool(test), job, patterns, budget, log, uid=uid, locks=locks, would=bool(would)).run()
 
 
 def _quiet(level, line):
@@ -848,9 +857,11 @@ FACT_PATH_CHARS = 1500
 def fact(report):
     """The sweep's fact for the job end's record: the counts per kind, the
     paths removed and kept (each list cut when it would pass half of
-    FACT_PATH_CHARS, with how many were left out)."""
+    FACT_PATH_CHARS, with how many were left out); of a sweep that removed
+    nothing (test, would), what would have gone, and would: true."""
     out = {"counts": {kind: dict(report["counts"][kind]) for kind in KINDS}}
-    for key, paths in (("removed", report["removed"]), ("kept", [kept["path"] for kept in report["kept"]])):
+    gone = report["would_remove"] if report.get("test") else report["removed"]
+    for key, paths in (("removed", gone), ("kept", [kept["path"] for kept in report["kept"]])):
         shown, size = [], 0
         for path in paths:
             size += len(ascii(path)) + 1
@@ -859,6 +870,8 @@ def fact(report):
             shown.append(path)
         out[key] = shown
         out[key + "_more"] = len(paths) - len(shown)
+    if report.get("test"):
+        out["would"] = True
     return out
 
 
