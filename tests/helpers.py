@@ -452,7 +452,20 @@ def load_file(path, name):
 
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x1000, 0x4000, 0x40000
+
+
+def _kept_under(fresh):
+    """{directory of FRESH: [the checkout and the tests' Python under it]}:
+    what a fresh tmpfs there must not hide from the tests (a clone in /tmp,
+    as a CI machine may make one)."""
+    kept = {}
+    for path in dict.fromkeys([str(REPO), sys.prefix]):
+        for directory in fresh:
+            if path == directory or path.startswith(directory.rstrip("/") + "/"):
+                if not any(path.startswith(other.rstrip("/") + "/") for other in kept.get(directory, [])):
+                    kept.setdefault(directory, []).append(path)
+    return kept
 
 
 def in_namespaces(fn, *args, pid=True, ipc=False, fresh=(), timeout=300):
@@ -462,7 +475,9 @@ def in_namespaces(fn, *args, pid=True, ipc=False, fresh=(), timeout=300):
     of its own (it sees none of the node's processes: no slurmd of the
     machine's); with IPC a System V IPC namespace. What FN returns
     (pickled), or what it raised, raised here. Whatever FN starts ends
-    with it (the pid namespace's init is FN's process)."""
+    with it (the pid namespace's init is FN's process). The checkout and
+    the tests' Python stay where they are under a fresh directory (bound
+    back over its tmpfs)."""
     import ctypes  # pylint: disable=import-outside-toplevel
     import pickle  # pylint: disable=import-outside-toplevel
     import select  # pylint: disable=import-outside-toplevel
@@ -479,6 +494,8 @@ def in_namespaces(fn, *args, pid=True, ipc=False, fresh=(), timeout=300):
         code = 1
         try:
             os.close(read_end)
+            kept = {directory: [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in paths]
+                    for directory, paths in _kept_under(fresh).items()}
             check(libc.unshare(CLONE_NEWNS | (CLONE_NEWPID if pid else 0) | (CLONE_NEWIPC if ipc else 0)),
                   "unshare")
             check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
@@ -492,6 +509,10 @@ def in_namespaces(fn, *args, pid=True, ipc=False, fresh=(), timeout=300):
                     for directory in fresh:
                         check(libc.mount(b"epilog-ns", os.fsencode(directory), b"tmpfs", 0, b"mode=0755"),
                               f"mount tmpfs on {directory}")
+                        for path, handle in kept.get(directory, ()):
+                            os.makedirs(path, exist_ok=True)
+                            check(libc.mount(b"/proc/self/fd/%d" % handle, os.fsencode(path), None,
+                                             MS_BIND | MS_REC, None), f"bind {path} back")
                     try:
                         result = ("ok", fn(*args))
                     except BaseException as exc:  # noqa: BLE001 - raised again in the parent

@@ -1226,7 +1226,14 @@ def verify(expect=None, verbose=False):
     if not isinstance(verbose, bool):
         raise CommandExecutionError(f"verbose must be True or False, got {verbose!r}")
     problems, warnings, info = [], [], []
-    settings, chain = _settings()
+    looked = {"content": None, "manifest": {}, "checked": [], "slurm_conf": [], "schedule": {}, "info": info}
+    try:
+        settings, chain = _settings()
+    except CommandExecutionError as exc:
+        # a fleet reads this answer by its code like any other: a bad pillar
+        # is a problem of the node's, not an error of the function's
+        return _answer([f"[pillar-invalid] {exc}; the states refuse it too, and epilog.rollback still works"],
+                       warnings, None, verbose, looked)
     try:
         status = _release_tool(chain, "status")
     except CommandExecutionError as exc:
@@ -1243,8 +1250,7 @@ def verify(expect=None, verbose=False):
                         f"expected {expect}")
     if not os.access(PYTHON, os.X_OK):
         problems.append(f"[python-missing] {PYTHON} is not installed: every entry point of the chain runs it")
-    looked = {"content": content, "manifest": manifest, "checked": [], "slurm_conf": [], "schedule": {},
-              "info": info}
+    looked.update(content=content, manifest=manifest)
     # state.sls(test=True) leaves test=True in the opts it shares with this
     # process's other functions: a rollback after a verify in a minion that
     # runs its jobs in one process would be a preview. Put it back.
@@ -1421,27 +1427,28 @@ def _mode_and_brake(settings, problems, warnings):
     could be trusted, are PROBLEMS: the brake would not hold."""
     if settings.get("mode") == "observe":
         warnings.append("[mode-observe] epilog:mode is observe: every job end and look between jobs decides and records "
-                     "what it would do, and the chain acts on nothing (no ssh line revoked, no process killed, no "
-                     "file or System V IPC object removed, no residue swept; the prolog still adds the job user's "
-                     "ssh line); epilog.report's would section counts what it would have done")
+                        "what it would do, and the chain acts on nothing (no ssh line revoked, no process killed, no "
+                        "file or System V IPC object removed, no residue swept; the prolog still adds the job user's "
+                        "ssh line); epilog.report's would section counts what it would have done")
     off = sorted(name for name, on in (settings.get("parts") or {}).items() if on is False)
     if off:
         warnings.append(f"[parts-off] epilog:parts turns off {', '.join(off)}: never run, recorded as off")
     path = settings.get("stop_file")
+    if path and not _root_only(os.path.dirname(path) or "/"):
+        problems.append(f"[stop-file-dir] {os.path.dirname(path) or '/'} (where epilog:stop_file {path} goes) is "
+                        "missing or not a directory only root can write: the chain does not look in it, and the "
+                        "brake cannot be put on there")
+        return
     found = _node.parts.brake(path, _trust())
     if found is not None and found.state == "on":
         since = _node.record.when(found.since)
         warnings.append(f"[brake-on] {path} exists (since {since}): every job end skips parts 39, 40, 42 and 45, and "
-                     "epilog.strays, epilog.sweep and the IPC removal between jobs act on nothing; the prolog and "
-                     f"the site's own parts still run; rm {path} releases it")
+                        "epilog.strays, epilog.sweep and the IPC removal between jobs act on nothing; the prolog and "
+                        f"the site's own parts still run; rm {path} releases it")
     elif found is not None:
         problems.append(f"[stop-file-untrusted] {found.why}: a stop file counts only as a regular file of root's in "
                         f"a directory only root can write (anybody else could plant one); rm {path}, and touch it "
                         "as root to put the brake on")
-    elif path and not _root_only(os.path.dirname(path) or "/"):
-        problems.append(f"[stop-file-dir] {os.path.dirname(path) or '/'} (where epilog:stop_file {path} goes) is "
-                        "missing or not a directory only root can write: a stop file there would be ignored, and "
-                        "the brake could not be put on")
 
 
 # A problem or warning opens with its code: [lowercase-kebab], then a space

@@ -71,10 +71,12 @@ def test_with_no_minion_running_the_entries_go_where_the_minion_reads_them_at_st
     assert set(none_left.states) == {"epilog-schedule-test-nop"}, none_left
 
 
-def process(argv0, zombie=False):
+def process(argv0, zombie=False, nobody=False):
     """A live process whose command line is ARGV0's (or, ZOMBIE, one that
-    has exited and is not reaped yet: no command line)."""
-    proc = subprocess.Popen(["bash", "-c", f"exec -a {argv0} sleep {0 if zombie else 300}"])
+    has exited and is not reaped yet: no command line); NOBODY: of the
+    account nobody, as any user could start one."""
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if nobody else []
+    proc = subprocess.Popen([*as_nobody, "bash", "-c", f"exec -a {argv0} sleep {0 if zombie else 300}"])
     if zombie:
         wait_for(lambda: Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z", 10,
                  what="the process to exit")
@@ -98,13 +100,15 @@ def offline_args(rendered):
     ("salt-minion", True),
     ("sleep", False),  # a live process of another program at a pid the pidfile once held
     ("salt-minion zombie", False),  # exited, not reaped
+    ("salt-minion nobody", False),  # a user's process that took the pid and a minion's name
 ])
 def test_the_state_asks_the_running_minion_only_when_its_pidfile_names_a_live_salt_minion(
         bare_minion, tmp_path, pidfile_names, running):
     pidfile = Path(bare_minion.loaders.opts["pidfile"])
     proc = None
     if pidfile_names:
-        proc = process(pidfile_names.split()[0], zombie=pidfile_names.endswith("zombie"))
+        proc = process(pidfile_names.split()[0], zombie=pidfile_names.endswith("zombie"),
+                       nobody=pidfile_names.endswith("nobody"))
         pidfile.parent.mkdir(parents=True, exist_ok=True)
         pidfile.write_text(f"{proc.pid}\n")
     try:

@@ -105,6 +105,31 @@ def test_a_stop_file_of_another_account_is_ignored(tmp_path):
     assert found.state == "ignored" and f"is owned by uid {path.stat().st_uid}, not root" in found.why, found
 
 
+def test_nothing_in_a_directory_another_account_can_write_is_looked_at(tmp_path, monkeypatch):
+    """The directory is judged first: a mount a user made there could hold
+    the lstat past the chain's deadline, so a brake there is ignored, file
+    or none, and the file is never looked at."""
+    looked = []
+    real_lstat = os.lstat
+    monkeypatch.setattr(parts.os, "lstat", lambda path, *a, **k: looked.append(path) or real_lstat(path, *a, **k))
+
+    class Open:
+        @staticmethod
+        def root_only(directory):
+            return False
+
+    for there in (True, False):
+        path = tmp_path / "epilog.stop"
+        if there:
+            path.write_text("")
+        found = parts.brake(str(path), Open())
+        assert found.state == "ignored" and found.why.startswith(f"{path} is in {tmp_path}, which another account "
+                                                                 "can write"), found
+        assert found.why.endswith("not looked at; ignored, the brake cannot be put on there")
+        path.unlink(missing_ok=True)
+    assert looked == [], "nothing in the directory was looked at"
+
+
 # -- the record --------------------------------------------------------------------
 def job_end(facts=(), mode="enforce", stopped=None, stop_ignored=None, skipped=(), other=NO, verdict=ACT,
             release="0123456789ab"):

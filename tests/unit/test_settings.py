@@ -152,6 +152,8 @@ def test_the_pillar_over_lookup_over_the_family_over_the_defaults(tmp_path):
     ({"parts": {42: False}}, "epilog:parts:42 is not a setting of the epilog formula, nor near one"),
     ({"parts": {"40-lastuserjob-processes": "off"}}, "epilog:parts:40-lastuserjob-processes ('off') must be true or false"),
     ({"parts": {"45-stale-x-display": 0}}, "epilog:parts:45-stale-x-display (0) must be true or false"),
+    ({"parts": {"50-exclusive-ssh": False}}, "epilog:parts:50-exclusive-ssh is false under epilog:ssh_access "
+                                             "listfile: part 50 is what adds a job's user"),
     ({"sweep_budget": 20, "part_timeout": 20}, "epilog:sweep_budget (20) must be below epilog:part_timeout (20)"),
     ({"chain_timeout": 40}, "epilog:chain_timeout (40) must leave room for the decision, one part and the runner"),
 ])

@@ -275,11 +275,13 @@ def _live(pid, uid, user, x=None):
 
 
 def _scan(uid, user, x):
-    """("pid(name)" of the live processes of UID and the sshd monitors of
-    USER's logins, whether X runs any process). /proc/PID belongs to the
+    """(whether X runs any process, "pid(name)" of the live processes of UID
+    and the sshd monitors of USER's logins, those of the monitors alone: told
+    by what _live found, root's sshd, never by a name, which a process of
+    UID can give itself). /proc/PID belongs to the
     process's effective uid: only those of UID or X, and root's with an
     executable (no kernel threads), cost a read of their status."""
-    xs, found, me = False, [], os.getpid()
+    xs, found, monitors, me = False, [], [], os.getpid()
     for pid in system.pids():
         if int(pid) == me:
             continue
@@ -304,7 +306,9 @@ def _scan(uid, user, x):
             xs = True
         elif seen:
             found.append("%s(%s)" % (pid, seen[1]))
-    return xs, found
+            if seen[0] in (2, 3):
+                monitors.append(found[-1])
+    return xs, found, monitors
 
 
 def kill_uid(uid, user, until=None, x=None, rounds_max=None):
@@ -354,10 +358,10 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
     if x == uid or not system.UID_MAX_REAL - KILL_SLOTS < x <= system.UID_MAX_REAL:
         return Killed("failed", 0, [], [], "uid X %r is not a kill slot's, or is the user's" % (x,), {})
     groups = os.getgroups()
-    xs, seen = _scan(uid, user, x)
+    xs, seen, monitors = _scan(uid, user, x)
     if xs:
         return Killed("refused", 0, [], [], "a process of uid %d runs" % x, {})
-    seen = [entry for entry in seen if "(sshd: " not in entry]
+    seen = [entry for entry in seen if entry not in monitors]
     signalled = list(seen)
     jobs = _in_jobs(seen, uid)
     deadline = time.monotonic() + SECONDS
@@ -384,7 +388,7 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
                 if not seen:
                     break
                 time.sleep(0.0005 * wait)
-            _, left = _scan(uid, user, x)
+            _, left, _ = _scan(uid, user, x)
             real = [entry for entry in left if not entry.endswith("(sshd: %s [pre-auth])" % user)]
             if rounds >= PATIENCE:
                 left = real
@@ -428,8 +432,8 @@ def would_kill(uid, user):
     whose outcome is would."""
     if not isinstance(uid, int) or not 1 <= uid <= system.UID_MAX_REAL:
         return Killed("failed", 0, [], [], "uid %r is not one from 1 to 4294967294" % (uid,), {})
-    _, seen = _scan(uid, user, None)
-    seen = [entry for entry in seen if "(sshd: " not in entry]
+    _, seen, monitors = _scan(uid, user, None)
+    seen = [entry for entry in seen if entry not in monitors]
     return Killed("would", 0, seen, [], "", _in_jobs(seen, uid))
 
 
@@ -872,30 +876,34 @@ Brake = system.fields("Brake", "state path why since")
 
 
 def brake(path, trust):
-    """The brake, epilog:stop_file at PATH: None while no file is there (one
-    lstat, an ordinary job end's whole cost); on while it is a regular file
-    of root's in a directory only root can write (TRUST: system.Trust); any
-    other file there is ignored, and says why: a user who could plant one
-    must not be able to stop the cleanup of their own processes. Looked at
-    again before each acting part, so a brake set mid-chain stops the parts
-    still to come."""
+    """The brake, epilog:stop_file at PATH: None while no file is there (an
+    ordinary job end's whole cost: the directory's trust, kept by TRUST,
+    and one lstat); on while it is a regular file of root's in a directory
+    only root can write (TRUST: system.Trust); any other file there is
+    ignored, and says why: a user who could plant one must not be able to
+    stop the cleanup of their own processes. The directory is judged first,
+    and nothing in one another account can write is looked at (a mount
+    there could hold the lstat past the chain's deadline): that brake is
+    ignored, file or none. Looked at again before each acting part, so a
+    brake set mid-chain stops the parts still to come."""
     if not path:
         return None
+    directory = os.path.dirname(path) or "/"
+    if not trust.root_only(directory):
+        return Brake("ignored", path, "%s is in %s, which another account can write (or it, or an ancestor, is "
+                     "missing, a symlink or not root's): not looked at; ignored, the brake cannot be put on there"
+                     % (path, directory), None)
     try:
         st = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
         return Brake("ignored", path, "%s cannot be looked at (%s)" % (path, exc.strerror), None)
-    directory = os.path.dirname(path) or "/"
     if not stat.S_ISREG(st.st_mode):
         why = "%s is not a regular file (%s)" % (path, "a symlink" if stat.S_ISLNK(st.st_mode) else
                                                    "a directory" if stat.S_ISDIR(st.st_mode) else "not a file")
     elif st.st_uid != 0:
         why = "%s is owned by uid %d, not root" % (path, st.st_uid)
-    elif not trust.root_only(directory):
-        why = "%s is in %s, which another account can write (or it, or an ancestor, is a symlink or not root's)" \
-            % (path, directory)
     else:
         return Brake("on", path, "stopped by %s" % path, st.st_mtime)
     return Brake("ignored", path, why + ": ignored, the brake is not on", None)
