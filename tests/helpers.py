@@ -494,11 +494,12 @@ def in_namespaces(fn, *args, pid=True, ipc=False, fresh=(), timeout=300):
         code = 1
         try:
             os.close(read_end)
-            kept = {directory: [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in paths]
-                    for directory, paths in _kept_under(fresh).items()}
             check(libc.unshare(CLONE_NEWNS | (CLONE_NEWPID if pid else 0) | (CLONE_NEWIPC if ipc else 0)),
                   "unshare")
             check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+            # (opened in the new namespace: a bind mount's source must be one of its mounts)
+            kept = {directory: [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in paths]
+                    for directory, paths in _kept_under(fresh).items()}
             inner = os.fork() if pid else 0
             if inner == 0:
                 try:
