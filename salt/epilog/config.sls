@@ -13,10 +13,8 @@
     entry in them). Anything else fails the render, naming the entry; a
     missing directory is created root:root 0755. (Debian's /var/log/slurm
     belongs to the slurm user, who could swap epilog.log for a symlink to
-    /etc/nologin.) The brake's stop file likewise: the chain trusts it only
-    there, and looks into no other directory (a mount a user made there
-    could hold the look past the chain's deadline). #}
-{%- for key in ['log_file', 'record_file', 'ssh_allow_file', 'stop_file'] + (['metrics_file'] if epilog.metrics_file else []) %}
+    /etc/nologin.) #}
+{%- for key in ['log_file', 'record_file', 'ssh_allow_file'] + (['metrics_file'] if epilog.metrics_file else []) %}
 {%-   set parts = epilog[key].strip('/').split('/')[:-1] %}
 {%-   for i in range(parts | length + 1) %}
 {%-     set path = '/' ~ (parts[:i] | join('/')) %}
@@ -25,7 +23,7 @@
 {%-     set sticky = (st.st_mode // 512) % 2 if st else False %}
 {%-     if st and (st.st_mode // 4096 != 4 or st.st_uid != 0 or (writable and (loop.last or not sticky))) %}
 {{-       raise('epilog:%s (%r): %s is a symlink, not owned by root, or writable by its group or others (uid %d, mode %o);'
-                ' the epilog runs as root and writes or trusts a file only where no other account can plant one:'
+                ' the epilog runs as root and writes only where no other account can plant a symlink:'
                 ' choose a directory only root can write, e.g. /var/log/slurm-epilog'
                 | format(key, epilog[key], path, st.st_uid, st.st_mode)) }}
 {%-     endif %}

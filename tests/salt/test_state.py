@@ -250,13 +250,11 @@ def test_bad_localusers_entry_fails_the_state_naming_it_and_lays_down_nothing(mi
     ("chain_timeout", 42, "epilog:chain_timeout (42) must leave room for the decision, one part and the runner: "
                           "at least epilog:part_timeout (20) + epilog:squeue_timeout (5) + 18"),
     ("chain_timeout", 3601, "epilog:chain_timeout (3601) must be a whole number of seconds from 1 to 3600"),
-    # the epilog runs as root and writes or trusts a file only where no other account can plant one
+    # the epilog runs as root and writes only where no other account can plant a symlink
     ("log_file", "/var/log/slurm/epilog.log", "epilog:log_file ('/var/log/slurm/epilog.log'): /var/log/slurm is "),
     ("log_file", "/tmp/epilog.log", "epilog:log_file ('/tmp/epilog.log'): /tmp is "),
     ("log_max_kb", 15, "epilog:log_max_kb (15) must be a whole number of KiB from 16 to 65536"),
     ("ssh_allow_file", "/var/tmp/localusers", "epilog:ssh_allow_file ('/var/tmp/localusers'): /var/tmp is "),
-    # and trusts a stop file only there: the brake is never looked for in /tmp
-    ("stop_file", "/tmp/epilog.stop", "epilog:stop_file ('/tmp/epilog.stop'): /tmp is "),
 ])
 def test_bad_setting_fails_the_state_naming_it(minion, tmp_path, key, value, message):
     c = sandbox(tmp_path)
