@@ -29,12 +29,15 @@ def render(tmp_path, pillar, os_family="Debian", validate=True, root=REPO / "sal
     return yaml.safe_load(text)
 
 
-def render_text(tmp_path, template, pillar, os_family="Debian", validate=True, root=REPO / "salt", **more):
+def render_text(tmp_path, template, pillar, os_family="Debian", validate=True, root=REPO / "salt", opts_more=None,
+                salt_more=None, **more):
     """TEMPLATE rendered by Salt's Jinja as the formula's files are (the
     formula's tree, ROOT, as salt://, PILLAR and the grains as data, MORE in
-    the context)."""
+    the context; OPTS_MORE over the minion's options, SALT_MORE beside the
+    execution functions a render here has)."""
     opts = copy.deepcopy(salt.config.DEFAULT_MINION_OPTS)
-    opts.update({"file_roots": {"base": [str(root)]}, "file_client": "local", "cachedir": str(tmp_path)})
+    opts.update({"file_roots": {"base": [str(root)]}, "file_client": "local", "cachedir": str(tmp_path)},
+                **(opts_more or {}))
 
     def pillar_get(key, default=None):
         here = pillar
@@ -48,6 +51,7 @@ def render_text(tmp_path, template, pillar, os_family="Debian", validate=True, r
         "grains.get": lambda key, default="": {"os_family": os_family}.get(key, default),
         "pillar.get": pillar_get,
         "slsutil.merge": lambda a, b, merge_lists=False: dictupdate.merge(a, b, merge_lists=merge_lists),
+        **(salt_more or {}),
     }
     context = {"opts": opts, "saltenv": "base", "salt": functions, "tpldir": "epilog", "validate": validate,
                "grains": {"os_family": os_family}, "pillar": pillar, **more}

@@ -147,38 +147,22 @@ def test_a_look_between_jobs_adds_to_its_own_counters(tmp_path):
 def schedule_states(tmp_path, pillar, held=None):
     """schedule.sls rendered where no minion runs (its pidfile is absent):
     HELD is what its _schedule.conf holds, as schedule.list offline reads it."""
-    import copy  # pylint: disable=import-outside-toplevel
     import os  # pylint: disable=import-outside-toplevel
 
-    import salt.config  # pylint: disable=import-outside-toplevel
-    import salt.utils.dictupdate  # pylint: disable=import-outside-toplevel
     import yaml  # pylint: disable=import-outside-toplevel
 
     template = (REPO / "salt/epilog/schedule.sls").read_text()
-    opts = copy.deepcopy(salt.config.DEFAULT_MINION_OPTS)
-    opts.update(file_roots={"base": [str(REPO / "salt")]}, file_client="local", cachedir=str(tmp_path),
-                pidfile=str(tmp_path / "minion.pid"), conf_file=str(tmp_path / "conf/minion"))
-
-    def pillar_get(key, default=None):
-        here = pillar
-        for part in key.split(":"):
-            if not isinstance(here, dict) or part not in here:
-                return default
-            here = here[part]
-        return here
 
     def listed(show_all=False, return_yaml=True, offline=False):
         assert show_all and not return_yaml and offline, "the removal reads the saved schedule"
         return held or {}
 
     functions = {
-        "grains.get": lambda key, default="": {"os_family": "Debian"}.get(key, default),
-        "pillar.get": pillar_get,
-        "slsutil.merge": lambda a, b, merge_lists=False: salt.utils.dictupdate.merge(a, b, merge_lists=merge_lists),
         "file.file_exists": os.path.isfile, "file.read": lambda path: Path(path).read_text(),
         "file.dirname": os.path.dirname, "schedule.list": listed,
     }
-    return yaml.safe_load(render_text(tmp_path, template, pillar, opts=opts, salt=functions))
+    opts = {"pidfile": str(tmp_path / "minion.pid"), "conf_file": str(tmp_path / "conf/minion")}
+    return yaml.safe_load(render_text(tmp_path, template, pillar, opts_more=opts, salt_more=functions))
 
 
 def test_the_schedule_is_two_entries_of_the_minions_or_none(tmp_path):
