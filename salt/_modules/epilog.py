@@ -2207,8 +2207,9 @@ def explain(user, job=None):
         objects = {"remove": {}, "bytes": 0, "keep": {}}
         localusers = os.path.join(release_dir, chain.localusers)
         own = getattr(program, "ipc", None)
-        judged = own.judge_all(uid, program.parts.spared_uids(localusers), deadline=time.monotonic() + 10)[0] \
-            if own else ()
+        # a release before the creator rule judges with the owners it spares
+        spared = (program.parts.spared_uids(localusers),) if hasattr(program.parts, "spared_uids") else ()
+        judged = own.judge_all(uid, *spared, deadline=time.monotonic() + 10)[0] if own else ()
         for item in judged:
             if item.action == "remove":
                 objects["remove"][item.kind] = objects["remove"].get(item.kind, 0) + 1

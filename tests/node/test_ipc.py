@@ -2,8 +2,9 @@
 make real segments, semaphore sets and queues (ipcmk, and shmat and msgsnd
 through ctypes) in an IPC namespace of the test's own (with a /tmp and
 /dev/shm of its own: nothing of the machine's is touched), and part 42, as
-the chain laid it down, removes alice's that nobody else uses; what another
-user's live process holds, and what is not hers, stays."""
+the chain laid it down, removes alice's that nobody else uses (a set of
+hundreds of semaphores, and what she gave root, too); what another user's
+live process holds, and what is not hers, stays."""
 import shutil
 import subprocess
 import tempfile
@@ -22,6 +23,10 @@ kind, ident = sys.argv[1], int(sys.argv[2])
 if kind == "shm":
     libc.shmat.restype = ctypes.c_void_p
     ok = libc.shmat(ident, None, 0o10000) not in (None, ctypes.c_void_p(-1).value)
+elif kind == "sem":
+    # one semop on semaphore argv[3]: its last pid is this process's
+    op = (ctypes.c_short * 3)(int(sys.argv[3]), 1, 0)
+    ok = libc.semop(ident, op, 1) == 0
 else:
     buf = ctypes.create_string_buffer(b"\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00x", 9)
     ok = libc.msgsnd(ident, buf, 1, 0o4000) == 0
@@ -50,8 +55,20 @@ def objects(ns):
     return out
 
 
-def hold(ns, user, kind, ident):
-    proc = subprocess.Popen([*ns, *as_user(user), "/usr/bin/python3", "-c", HOLD, kind, str(ident)],
+# alice gives her segment to root: IPC_STAT, shm_perm.uid (offset 4 of
+# x86_64's shmid_ds) set to 0, IPC_SET
+GIVE = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+ident, buf = int(sys.argv[1]), ctypes.create_string_buffer(256)
+assert libc.shmctl(ident, 2, buf) == 0, ctypes.get_errno()
+buf[4:8] = bytes(4)
+assert libc.shmctl(ident, 1, buf) == 0, ctypes.get_errno()
+"""
+
+
+def hold(ns, user, kind, ident, *more):
+    proc = subprocess.Popen([*ns, *as_user(user), "/usr/bin/python3", "-c", HOLD, kind, str(ident), *map(str, more)],
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc
@@ -81,22 +98,30 @@ def ns(accounts):
 
 
 def test_part_42_removes_alices_objects_that_nobody_else_uses(var_chain, ns):
+    """Her big set (300 semaphores, none used by another) goes, judged by
+    all of them; another big set, whose semaphore #200 alicex's live
+    process used last, stays. The segment she gave root (IPC_SET) goes:
+    she made it."""
     chain = var_chain()
+    given = ("shm", make(ns, ALICE, "-M", "8192"))
+    subprocess.run([*ns, *as_user(ALICE), "/usr/bin/python3", "-c", GIVE, str(given[1])], check=True)
+    assert objects(ns)[given] == 0
     gone = [("shm", make(ns, ALICE, "-M", str(4 << 20))), ("sem", make(ns, ALICE, "-S", "2")),
-            ("msg", make(ns, ALICE, "-Q"))]
+            ("msg", make(ns, ALICE, "-Q")), ("sem", make(ns, ALICE, "-S", "300")), given]
     attached = ("shm", make(ns, ALICE, "-M", "4096", "-p", "0644"))
     queue = ("msg", make(ns, ALICE, "-Q", "-p", "0666"))
+    used = ("sem", make(ns, ALICE, "-S", "300", "-p", "0666"))
     operators = ("shm", make(ns, OPERATOR, "-M", "4096"))
-    holders = [hold(ns, OTHER, *attached), hold(ns, OTHER, *queue)]
+    holders = [hold(ns, OTHER, *attached), hold(ns, OTHER, *queue), hold(ns, OTHER, *used, 200)]
     try:
         ret = chain.run_part("42-lastuserjob-cleanup", slurmd_env(ALICE), prefix=ns)
         assert ret.returncode == 0, ret
         left = objects(ns)
         assert not any(key in left for key in gone), left
-        assert {attached, queue, operators} <= set(left), left
+        assert {attached, queue, used, operators} <= set(left), left
         log = chain.log_text()
-        assert (f"System V IPC of uid {uid_of(ALICE)}: removed 1 segment(s) ({4 << 20} bytes), 1 semaphore set(s), "
-                f"1 queue(s); kept 2 (attached: 1; last used by a live process of another uid: 1)") in log, log
+        assert (f"System V IPC of uid {uid_of(ALICE)}: removed 2 segment(s) ({(4 << 20) + 8192} bytes), 2 semaphore "
+                f"set(s), 1 queue(s); kept 3 (attached: 1; last used by a live process of another uid: 2)") in log, log
     finally:
         for proc in holders:
             proc.kill()

@@ -1,7 +1,7 @@
 """System V IPC at a user's last job end, as decisions: ipc.decide() over
 every kind of row /proc/sysvipc gives (hostile ones included: an object
-given away with IPC_SET, a row that is not numbers, thousands of objects),
-and the record's and metrics' counts. Pure: rows as text, processes as a
+given away with IPC_SET, a row that is not numbers, thousands of objects,
+a set of hundreds of semaphores), and the record's and metrics' counts. Pure: rows as text, processes as a
 table. The real objects and job ends are tests/node/test_ipc.py's and the
 slurm tier's."""
 import json
@@ -14,6 +14,8 @@ ipc = node("ipc")
 record = node("record")
 
 ALICE, BOB, OPERATOR = 50101, 50109, 50105
+# a system account below UID_MIN, and one in Debian's static range above UID_MAX
+DAEMON, SYSTEM_HIGH = 1, 60500
 SHM = ("       key      shmid perms                  size  cpid  lpid nattch   uid   gid  cuid  cgid      atime      "
        "dtime      ctime                   rss                  swap\n")
 SEM = "       key      semid perms      nsems   uid   gid  cuid  cgid      otime      ctime\n"
@@ -22,16 +24,12 @@ MSG = ("       key      msqid perms      cbytes       qnum lspid lrpid   uid   g
 LIVE = {100: ALICE, 200: BOB, 300: OPERATOR}
 
 
-def spared(uid):
-    return uid < 1000 or uid == OPERATOR
-
-
 def shm(ident, uid, cuid, nattch, size=4 << 20):
     return f"0 {ident} 600 {size} 100 100 {nattch} {uid} {uid} {cuid} {cuid} 0 0 1700000000 0 0\n"
 
 
-def sem(ident, uid, cuid):
-    return f"0 {ident} 600 2 {uid} {uid} {cuid} {cuid} 0 1700000000\n"
+def sem(ident, uid, cuid, nsems=2):
+    return f"0 {ident} 600 {nsems} {uid} {uid} {cuid} {cuid} 0 1700000000\n"
 
 
 def msg(ident, uid, cuid, lspid=0, lrpid=0):
@@ -41,19 +39,21 @@ def msg(ident, uid, cuid, lspid=0, lrpid=0):
 def one(kind, text, pids=()):
     rows = ipc.rows(text)
     assert len(rows) == 1
-    return ipc.decide(kind, rows[0], ALICE, LIVE.get, spared, pids)
+    return ipc.decide(kind, rows[0], ALICE, LIVE.get, pids)
 
 
 @pytest.mark.parametrize("kind, text, pids, action", [
     ("shm", SHM + shm(1, ALICE, ALICE, 0), (), "remove"),
     ("shm", SHM + shm(1, ALICE, ALICE, 2), (), "keep"),
-    # created by alice, given to bob (IPC_SET): hers, and bob is an ordinary account
+    # created by alice, given away (IPC_SET): hers, whoever owns it now (the
+    # owner never keeps it, nor makes it another account's)
     ("shm", SHM + shm(1, BOB, ALICE, 0), (), "remove"),
-    # given to root or an operator: never removed, whoever created it
-    ("shm", SHM + shm(1, 0, ALICE, 0), (), "keep"),
-    ("shm", SHM + shm(1, OPERATOR, ALICE, 0), (), "keep"),
-    # owned by alice, created by an operator: hers
-    ("shm", SHM + shm(1, ALICE, OPERATOR, 0), (), "remove"),
+    ("shm", SHM + shm(1, 0, ALICE, 0), (), "remove"),
+    ("shm", SHM + shm(1, OPERATOR, ALICE, 0), (), "remove"),
+    ("sem", SEM + sem(2, SYSTEM_HIGH, ALICE), (), "remove"),
+    # created by an operator or root, given to alice: not hers
+    ("shm", SHM + shm(1, ALICE, OPERATOR, 0), (), None),
+    ("msg", MSG + msg(3, ALICE, 0), (), None),
     ("shm", SHM + shm(1, BOB, BOB, 0), (), None),
     ("sem", SEM + sem(2, ALICE, ALICE), (), "remove"),
     ("sem", SEM + sem(2, ALICE, ALICE), (100, 4242), "remove"),  # her own, and a pid that is gone
@@ -62,7 +62,8 @@ def one(kind, text, pids=()):
     ("msg", MSG + msg(3, ALICE, ALICE, lspid=100, lrpid=300), (), "keep"),
     ("msg", MSG + msg(3, ALICE, ALICE, lspid=4242, lrpid=-1), (), "remove"),
 ], ids=["unattached", "attached", "given-to-an-ordinary-account", "given-to-root", "given-to-an-operator",
-        "created-by-an-operator", "not-hers", "sem", "sem-own-and-dead-pids", "sem-used-by-another", "msg",
+        "given-to-a-system-account", "created-by-an-operator", "created-by-root", "not-hers", "sem",
+        "sem-own-and-dead-pids", "sem-used-by-another", "msg",
         "msg-read-by-an-operator", "msg-dead-pids"])
 def test_each_object_is_judged_by_its_row(kind, text, pids, action):
     verdict = one(kind, text, pids)
@@ -84,8 +85,8 @@ def test_a_row_that_is_not_the_kernels_is_no_object(text):
 
 def test_thousands_of_objects_are_judged_each_once():
     text = SHM + "".join(shm(i, ALICE, ALICE, i % 2) for i in range(4096))
-    verdicts, left = ipc.judge_all(ALICE, spared, read=lambda kind: ipc.rows(text) if kind == "shm" else [],
-                                   live=LIVE.get, pids=lambda ident, n: [])
+    verdicts, left = ipc.judge_all(ALICE, read=lambda kind: ipc.rows(text) if kind == "shm" else [],
+                                   live=LIVE.get, pids=lambda ident, n, deadline: [])
     assert left == 0
     assert len(verdicts) == 4096 and sum(v.action == "remove" for v in verdicts) == 2048
     assert all(v.bytes == 4 << 20 for v in verdicts)
@@ -111,30 +112,68 @@ def test_the_record_and_the_metrics_count_removed_and_kept_by_why():
 
 def test_a_set_whose_last_users_cannot_be_told_is_kept():
     row = ipc.rows(SEM + sem(2, ALICE, ALICE))[0]
-    assert ipc.decide("sem", row, ALICE, LIVE.get, spared, None).action == "keep"
-    assert ipc.sem_pids(2, ipc.SEMS_MAX + 1) is None
+    assert ipc.decide("sem", row, ALICE, LIVE.get, None).action == "keep"
+
+
+def test_a_big_set_is_judged_by_every_semaphores_last_pid():
+    """A set of 300 semaphores (more than any first few): each semaphore's
+    last pid counts, #200's too. Bob's live process used #200 last: kept;
+    a pid that is gone there: removed. judge_all asks for all 300."""
+    row = ipc.rows(SEM + sem(2, ALICE, ALICE, nsems=300))[0]
+    by_semaphore = [100] * 300
+    by_semaphore[200] = 200
+    assert ipc.decide("sem", row, ALICE, LIVE.get, by_semaphore).action == "keep"
+    by_semaphore[200] = 4242
+    assert ipc.decide("sem", row, ALICE, LIVE.get, by_semaphore).action == "remove"
+    asked = []
+
+    def pids(ident, nsems, deadline):
+        asked.append((ident, nsems))
+        return sorted({100, 200})
+    verdicts, left = ipc.judge_all(ALICE, read=lambda kind: [row] if kind == "sem" else [], live=LIVE.get, pids=pids)
+    assert asked == [(2, 300)] and left == 0 and [v.action for v in verdicts] == ["keep"]
+
+
+def test_a_set_not_read_whole_by_the_deadline_is_left_for_want_of_time():
+    """Never judged by some of its semaphores: a set whose reading the
+    deadline cut is left (counted, judged again later), and the objects
+    after it too; sem_pids says LATE before its first GETPID past it."""
+    rows = ipc.rows(SEM + sem(2, ALICE, ALICE, nsems=32000) + sem(3, ALICE, ALICE))
+    verdicts, left = ipc.judge_all(ALICE, read=lambda kind: rows if kind == "sem" else [], live=LIVE.get,
+                                   pids=lambda ident, nsems, deadline: ipc.LATE if nsems > 2 else [])
+    assert [v.id for v in verdicts] == [3] and left == 1
+    assert ipc.sem_pids(2, 32000, deadline=0) == ipc.LATE
 
 
 def test_judging_stops_at_its_deadline_and_counts_what_it_left():
     text = SHM + "".join(shm(i, ALICE, ALICE, 0) for i in range(100))
-    verdicts, left = ipc.judge_all(ALICE, spared, read=lambda kind: ipc.rows(text) if kind == "shm" else [],
-                                   live=LIVE.get, pids=lambda ident, n: [], deadline=0)
+    verdicts, left = ipc.judge_all(ALICE, read=lambda kind: ipc.rows(text) if kind == "shm" else [],
+                                   live=LIVE.get, pids=lambda ident, n, deadline: [], deadline=0)
     assert verdicts == [] and left == 100
 
 
-def test_a_list_that_cannot_be_read_spares_every_other_owner(tmp_path):
-    parts = node("parts")
-    assert parts.spared_uids(str(tmp_path / "missing"))(BOB) is True
-    listing = tmp_path / "localusers.backup"
-    listing.write_text("root\nnosuch-operator-xyz\n")
-    assert parts.spared_uids(str(listing))(BOB) is True
-    listing.write_text("root\n")
-    assert parts.spared_uids(str(listing))(BOB) is False and parts.spared_uids(str(listing))(0) is True
+def test_a_gift_is_its_creators_at_the_job_end_and_between_jobs_alike():
+    """Alice gives a segment, a set and a queue to root, an operator and
+    system accounts (IPC_SET): between jobs the look judges them as hers
+    (holders: their creator), and her job end and that look (both
+    judge_all for her uid) remove them all. What root or an operator made
+    and gave her is not hers at either: its creator is the one looked at,
+    and the guard never acts for them."""
+    texts = {"shm": SHM + shm(1, 0, ALICE, 0) + shm(2, OPERATOR, ALICE, 0) + shm(3, ALICE, OPERATOR, 0),
+             "sem": SEM + sem(4, DAEMON, ALICE) + sem(5, ALICE, 0),
+             "msg": MSG + msg(6, SYSTEM_HIGH, ALICE)}
+
+    def read(kind):
+        return ipc.rows(texts[kind])
+    assert ipc.holders(read) == {ALICE, OPERATOR, 0}
+    verdicts, left = ipc.judge_all(ALICE, read=read, live=LIVE.get, pids=lambda ident, n, deadline: [])
+    assert left == 0 and sorted((v.id, v.action) for v in verdicts) == [(1, "remove"), (2, "remove"),
+                                                                          (4, "remove"), (6, "remove")]
 
 
-def test_rows_of_other_owners_cost_only_a_split():
+def test_rows_of_other_creators_cost_only_a_split():
     text = SHM + shm(1, ALICE, ALICE, 0) + shm(2, BOB, BOB, 0) + shm(3, BOB, ALICE, 0) + shm(4, ALICE, 0, 0)
-    assert [row["shmid"] for row in ipc.rows(text, ALICE)] == [1, 3, 4]
+    assert [row["shmid"] for row in ipc.rows(text, ALICE)] == [1, 3]
     assert len(ipc.rows(text)) == 4
 
 

@@ -5,22 +5,28 @@ parts 40 and 42's files).
 
 decide() is the decision, a function of its facts: a row of
 /proc/sysvipc/{shm,sem,msg} (readable by everyone, written by the kernel),
-the job's uid, which processes live as which uid, and the uids that are
-never acted for (root, system accounts, the listed operators). An object is
-the user's when its owner or its creator is the job's uid; of those:
+the job's uid, and which processes live as which uid. An object is the
+user's when the user created it (its cuid): its owner (uid), which its
+creator may set to any account with IPC_SET, root's, an operator's or a
+system account's included, neither keeps it nor makes it another
+account's. The same rule between jobs (holders(): the accounts whose
+objects a look judges are their creators). Of the user's objects:
 
-* one another account owns (an operator, a system account, root: its owner
-  may be set by whoever created it, with IPC_SET) is never removed;
 * a segment stays while any process is attached to it (nattch > 0);
 * a semaphore set or a queue stays while the last process that operated on
-  it (each semaphore's sempid; a queue's lspid, lrpid) is a live process of
-  another uid: someone else still uses it;
+  it (every semaphore's sempid, by GETPID, however many the set has; a
+  queue's lspid, lrpid) is a live process of another uid: someone else
+  still uses it;
+* a set whose semaphores cannot all be read before the deadline is left
+  for want of time (counted as left, and judged again at a later job end
+  or between jobs), never judged by some of them;
 * everything else of the user's goes.
 
 remove() acts on one verdict: IPC_STAT right before IPC_RMID, and the
 object goes only while its key, owner, creator and change time are still
-the ones judged (and a segment's attach count still 0): an id that now
-names something else, or an object changed since, is left alone. The
+the ones judged (and a segment's attach count still 0, a set's or queue's
+last users still no live process of another uid): an id that now names
+something else, or an object changed or used since, is left alone. The
 offsets are those of x86_64 glibc's structures; on another machine nothing
 is removed (each object is kept, and says so).
 """
@@ -33,9 +39,12 @@ KINDS = ("shm", "sem", "msg")
 PROC = "/proc/sysvipc/"
 # IPC_RMID, IPC_STAT, GETPID
 IPC_RMID, IPC_STAT, GETPID = 0, 2, 11
-# semaphores looked at per set for their last pid (a set of more is judged
-# by the first ones)
-SEMS_MAX = 64
+# the semaphores of a set read between two looks at the clock (every one is
+# read, however many the set has; a look costs far less than a read)
+SEMS_PER_LOOK = 4096
+# what sem_pids() answers, and remove() says, when the deadline came before
+# every semaphore of a set was read: the set is counted as left
+LATE = "left for want of time"
 # where the x86_64 glibc structures keep the fields IPC_STAT is checked by
 _KEY, _UID, _CUID = 0, 4, 12
 _CTIME = {"shm": 72, "sem": 64, "msg": 64}
@@ -48,23 +57,22 @@ Verdict = system.fields("Verdict", "kind id key uid cuid ctime bytes action reas
 def rows(text, uid=None):
     """The rows of a /proc/sysvipc file's TEXT as {column: value}, by its
     header's names (whole numbers; a row that is not one is skipped); with
-    UID, only those whose owner or creator it is (most others cost a
+    UID, only those it created (cuid: decide()'s rule; most others cost a
     substring test, not a split)."""
     lines = text.split("\n")
     if not lines:
         return []
     names = lines[0].split()
-    owner = names.index("uid") if "uid" in names else -1
     creator = names.index("cuid") if "cuid" in names else -1
     want = None if uid is None else str(uid)
     out = []
     for line in lines[1:]:
         if want is not None and want not in line:
-            continue  # neither column can be the uid (a substring test costs far less than a split)
+            continue  # its cuid cannot be the uid (a substring test costs far less than a split)
         fields = line.split()
         if len(fields) != len(names):
             continue
-        if want is not None and fields[owner] != want and fields[creator] != want:
+        if want is not None and (creator < 0 or fields[creator] != want):
             continue
         try:
             out.append({name: int(value) for name, value in zip(names, fields)})
@@ -73,15 +81,16 @@ def rows(text, uid=None):
     return out
 
 
-def decide(kind, row, uid, live, spared, last_pids=()):
+def decide(kind, row, uid, live, last_pids=()):
     """A Verdict for one object of KIND (shm, sem, msg) whose /proc row is
-    ROW, at the end of UID's last job, or None when it is not the user's.
-    LIVE(pid) -> the real uid of a live process, or None; SPARED(uid): the
-    uid is never acted for; LAST_PIDS: a semaphore set's sempids (None:
-    they cannot be told, and the set is kept)."""
+    ROW, at the end of UID's last job, or None when it is not the user's
+    (UID did not create it: whoever owns it now). LIVE(pid) -> the real uid
+    of a live process, or None; LAST_PIDS: the last pids of a semaphore
+    set's semaphores, every one of them (None: they cannot be told, and the
+    set is kept)."""
     ident = row.get("shmid" if kind == "shm" else "semid" if kind == "sem" else "msqid")
     owner, creator = row.get("uid"), row.get("cuid")
-    if ident is None or owner is None or creator is None or uid not in (owner, creator):
+    if ident is None or owner is None or creator != uid:
         return None
     size = row.get("size", 0) if kind == "shm" else row.get("cbytes", 0) if kind == "msg" else 0
 
@@ -89,10 +98,6 @@ def decide(kind, row, uid, live, spared, last_pids=()):
         return Verdict(kind, ident, row.get("key", 0), owner, creator, row.get("ctime", 0), max(size, 0), action,
                        reason, uid, row.get("nsems", 0))
 
-    if owner != uid and spared(owner):
-        # (no uid in the reason: the record counts reasons, and a user could
-        # give objects to thousands of uids)
-        return verdict("keep", "owned by another account that is never acted for")
     if kind == "shm":
         if row.get("nattch", 1) != 0:
             return verdict("keep", "attached")
@@ -117,10 +122,10 @@ def read_rows(kind, uid=None):
 
 def holders(read=read_rows):
     """The uids that created a System V IPC object here (between jobs:
-    whose objects to judge, processes or not). The creator, not the owner:
-    a creator may give an object to any uid (IPC_SET), and thousands of
-    objects given to thousands of uids would each cost a look; an object
-    given away is still judged with its creator's."""
+    whose objects to judge, processes or not). The creator, not the owner,
+    as at a job end (decide()): a creator may give an object to any uid
+    (IPC_SET), root and the operators included; an object given away is
+    still its creator's."""
     out = set()
     for kind in KINDS:
         for row in read(kind):
@@ -142,32 +147,43 @@ _LIBC = []
 
 
 def _libc():
-    """(ctypes, libc), loaded once per process (only when an object of the
-    user's is there to look at)."""
+    """(ctypes, libc, semctl(int, int, int) for GETPID), loaded once per
+    process (only when an object of the user's is there to look at). The
+    GETPID call is a function object of its own, its argument types set
+    once: a call costs no ctypes object (libc.semctl keeps its variadic
+    calls, IPC_STAT's buffer and IPC_RMID)."""
     if not _LIBC:
         import ctypes  # pylint: disable=import-outside-toplevel
 
-        _LIBC.append((ctypes, ctypes.CDLL(None, use_errno=True)))
+        libc = ctypes.CDLL(None, use_errno=True)
+        getpid = libc["semctl"]  # (a new function object: libc.semctl is untouched)
+        getpid.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int)
+        getpid.restype = ctypes.c_int
+        _LIBC.append((ctypes, libc, getpid))
     return _LIBC[0]
 
 
-def sem_pids(ident, nsems):
-    """The last pid of each semaphore of set IDENT (0: none yet), or None
-    when they cannot all be told: a set of more than SEMS_MAX, or a GETPID
-    that fails."""
-    if not 0 <= nsems <= SEMS_MAX:
+def sem_pids(ident, nsems, deadline=None):
+    """The distinct last pids of the NSEMS semaphores of set IDENT (0: none
+    yet), every semaphore read (GETPID), however many; None when they
+    cannot be told (no libc, a GETPID that fails: the set is gone); LATE
+    when DEADLINE (a time.monotonic()) came before the last one was read."""
+    if nsems < 0:
         return None
     try:
-        ctypes, libc = _libc()
+        getpid = _libc()[2]
     except (ImportError, OSError):
         return None
-    out = []
-    for n in range(nsems):
-        pid = libc.semctl(ctypes.c_int(ident), ctypes.c_int(n), ctypes.c_int(GETPID))
-        if pid < 0:
-            return None
-        out.append(pid)
-    return out
+    found = set()
+    for start in range(0, nsems, SEMS_PER_LOOK):
+        if deadline is not None and time.monotonic() > deadline:
+            return LATE
+        for n in range(start, min(nsems, start + SEMS_PER_LOOK)):
+            pid = getpid(ident, n, GETPID)
+            if pid < 0:
+                return None
+            found.add(pid)
+    return sorted(found)
 
 
 def _stat(ctypes, libc, kind, ident):
@@ -194,16 +210,17 @@ def _stat(ctypes, libc, kind, ident):
 _LSPID = 96
 
 
-def remove(verdict, live=None, nsems=0):
+def remove(verdict, live=None, nsems=0, deadline=None):
     """IPC_RMID of a "remove" VERDICT, only while IPC_STAT still finds the
     object judged, and (LIVE: pid -> real uid of a live process, or None)
     no live process of another uid has used a set or queue since (NSEMS: a
-    set's semaphores): (removed, why not)."""
+    set's semaphores, every one read again before DEADLINE, or LATE):
+    (removed, why not)."""
     machine = os.uname().machine
     if machine != "x86_64":
         return False, "not checked on %s" % machine
     try:
-        ctypes, libc = _libc()
+        ctypes, libc, _ = _libc()
     except (ImportError, OSError) as exc:
         return False, "no libc: %s" % exc
     now = _stat(ctypes, libc, verdict.kind, verdict.id)
@@ -216,7 +233,9 @@ def remove(verdict, live=None, nsems=0):
     if verdict.kind == "shm" and now["nattch"] != 0:
         return False, "attached since it was judged"
     if live is not None and verdict.kind != "shm":
-        pids = now["pids"] if verdict.kind == "msg" else sem_pids(verdict.id, nsems)
+        pids = now["pids"] if verdict.kind == "msg" else sem_pids(verdict.id, nsems, deadline)
+        if pids == LATE:
+            return False, LATE
         if pids is None:
             return False, "its semaphores' last users cannot be told"
         if any(pid > 0 and live(pid) not in (None, verdict.job_uid) for pid in pids):
@@ -248,38 +267,53 @@ def cached(live):
     return ask
 
 
-def judge_all(uid, spared, read=read_rows, live=live_uid, pids=sem_pids, deadline=None):
-    """(the verdicts on UID's objects in the node's IPC namespace, how
-    many of UID's were left unjudged at DEADLINE, a time.monotonic())."""
-    out, left = [], 0
+def judged(uid, read=read_rows, live=live_uid, pids=sem_pids, deadline=None):
+    """The verdict on each object UID created in the node's IPC namespace,
+    one at a time (clean() removes each before it judges the next: a
+    deadline that ends the look ends no removal of what it judged), or
+    None for one left unjudged at DEADLINE (a time.monotonic()): reached
+    before it, or while its semaphores were read."""
     for kind in KINDS:
         for row in (read(kind, uid) if read is read_rows else read(kind)):
-            if uid not in (row.get("uid"), row.get("cuid")):
+            if row.get("cuid") != uid:
                 continue
             if deadline is not None and time.monotonic() > deadline:
-                left += 1
+                yield None
                 continue
             last = ()
             if kind == "sem":
-                last = pids(row.get("semid", -1), row.get("nsems", 0))
-            verdict = decide(kind, row, uid, live, spared, last)
+                last = pids(row.get("semid", -1), row.get("nsems", 0), deadline)
+                if last == LATE:
+                    yield None
+                    continue
+            verdict = decide(kind, row, uid, live, last)
             if verdict is not None:
-                out.append(verdict)
+                yield verdict
+
+
+def judge_all(uid, read=read_rows, live=live_uid, pids=sem_pids, deadline=None):
+    """(the verdicts on UID's objects in the node's IPC namespace, how
+    many of UID's were left unjudged at DEADLINE, a time.monotonic())."""
+    out, left = [], 0
+    for verdict in judged(uid, read, live, pids, deadline):
+        if verdict is None:
+            left += 1
+        else:
+            out.append(verdict)
     return out, left
 
 
-def clean(uid, spared, deadline, test=False):
+def clean(uid, deadline, test=False):
     """Remove UID's objects that decide() lets go, until DEADLINE (a
     time.monotonic()); TEST: judge them the same and remove none. The fact
-    for the record: {removed: {kind: n}, bytes, kept: {reason: n}, left},
-    and would: true under TEST (what would have gone)."""
+    for the record: {removed: {kind: n}, bytes, kept: {reason: n}, left:
+    those judged or removed by no DEADLINE}, and would: true under TEST
+    (what would have gone)."""
     fact = {"removed": dict.fromkeys(KINDS, 0), "bytes": 0, "kept": {}, "left": 0}
     if test:
         fact["would"] = True
-    live = cached(live_uid)
-    verdicts, fact["left"] = judge_all(uid, spared, live=live, deadline=deadline)
-    for verdict in verdicts:
-        if time.monotonic() > deadline:
+    for verdict in judged(uid, live=cached(live_uid), deadline=deadline):
+        if verdict is None:
             fact["left"] += 1
             continue
         if verdict.action == "keep":
@@ -288,10 +322,12 @@ def clean(uid, spared, deadline, test=False):
         if test:
             done, why = True, ""
         else:
-            done, why = remove(verdict, live_uid, verdict.nsems)
+            done, why = remove(verdict, live_uid, verdict.nsems, deadline)
         if done:
             fact["removed"][verdict.kind] += 1
             fact["bytes"] += verdict.bytes
+        elif why == LATE:
+            fact["left"] += 1
         elif why != "gone":
             fact["kept"][why] = fact["kept"].get(why, 0) + 1
     return fact

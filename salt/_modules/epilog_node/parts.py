@@ -713,41 +713,13 @@ def cleanup(ctx):
         clean_ipc(ctx, uid)
 
 
-def spared_uids(localusers):
-    """owner -> whether the chain never acts for that uid: root, a system
-    account (login.defs, as the guard reads it), a listed operator's; any
-    owner, when the list cannot be read whole or a name on it does not
-    resolve."""
-    from . import guard  # pylint: disable=import-outside-toplevel
-
-    defs = system.login_defs()
-    operators = set()
-    listing = guard.read_list(localusers)
-    if isinstance(listing, Exception):
-        return lambda owner: True  # the list cannot be read: any owner may be an operator's
-    for raw in guard.listed_names(listing):
-        found = guard.resolve(os.fsdecode(raw))
-        if found is None:
-            return lambda owner: True  # a listed name that does not resolve may be at any uid
-        operators.add(found)
-    return lambda owner: guard.system_uid(owner, defs) or owner in operators
-
-
 def clean_ipc(ctx, uid):
     """42, System V IPC: the user's shared memory segments, semaphore sets
     and message queues that ipc.decide() lets go (epilog:ipc_cleanup), one
     line per job end, whatever their number."""
     from . import ipc  # pylint: disable=import-outside-toplevel
 
-    built = []
-
-    def spared(owner):
-        # the list and the account database, read only when an object of
-        # the user's has another owner
-        if not built:
-            built.append(spared_uids(ctx.names["localusers"]))
-        return built[0](owner)
-    fact = ipc.clean(uid, spared, ctx.deadline - 0.5, test=observing(ctx.settings))
+    fact = ipc.clean(uid, ctx.deadline - 0.5, test=observing(ctx.settings))
     ctx.fact("ipc", fact)
     removed = fact["removed"]
     kept = sum(fact["kept"].values())

@@ -143,7 +143,8 @@ KILLED_KINDS = (("strays", "stray"), ("in_job_cgroup", "job_cgroup"), ("in_other
 KILLED_METRIC = 'epilog_processes_signalled_total{where="%s"}'
 # Part 42's System V IPC objects: removed by kind, their bytes, and kept by
 # why (attached, in_use: a live process of another uid used it last,
-# other_owner: an operator or a system account owns it, other).
+# other_owner: a record of a release that kept what an operator or a system
+# account owns, whoever created it; other).
 IPC_KINDS = ("shm", "sem", "msg")
 IPC_METRIC = 'epilog_ipc_removed_total{kind="%s"}'
 IPC_BYTES_METRIC = "epilog_ipc_bytes_removed_total"

@@ -213,7 +213,7 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0, i
                 entry["strays"] = [{"pid": p.pid, "command": p.command, "age": p.age} for p in procs[:LIST_MAX]]
                 entry["more"] = max(0, len(procs) - LIST_MAX)
                 if uid in holding:
-                    entry["ipc"] = ipc_objects(uid, run_.names["localusers"], min(deadline, time.monotonic() + 5))
+                    entry["ipc"] = ipc_objects(uid, min(deadline, time.monotonic() + 5))
                     objects = sum(entry["ipc"]["remove"].values())
                     ipc_counts["users"] += 1 if objects else 0
                     ipc_counts["objects"] += objects
@@ -284,13 +284,13 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0, i
     return report
 
 
-def ipc_objects(uid, localusers, deadline):
+def ipc_objects(uid, deadline):
     """What part 42 would do with UID's System V IPC objects now: {remove:
     {kind: n}, bytes, keep: n}."""
     from . import ipc  # pylint: disable=import-outside-toplevel
 
     out = {"remove": dict.fromkeys(ipc.KINDS, 0), "bytes": 0, "keep": 0}
-    verdicts, out["unjudged"] = ipc.judge_all(uid, parts.spared_uids(localusers), deadline=deadline)
+    verdicts, out["unjudged"] = ipc.judge_all(uid, deadline=deadline)
     for verdict in verdicts:
         if verdict.action == "remove":
             out["remove"][verdict.kind] += 1
@@ -376,7 +376,7 @@ def _kill(run_, uid, name, held, deadline, processes=True, ipc_test=False):
         if run_.settings.get("ipc_cleanup", True) and time.monotonic() < until:
             from . import ipc  # pylint: disable=import-outside-toplevel
 
-            facts["ipc"] = ipc.clean(uid, parts.spared_uids(run_.names["localusers"]), until, test=ipc_test)
+            facts["ipc"] = ipc.clean(uid, until, test=ipc_test)
             removed = facts["ipc"]["removed"]
             if sum(removed.values()):
                 run_.log.info("strays: %s the System V IPC objects of uid %d: %d segment(s) (%d bytes), %d "
