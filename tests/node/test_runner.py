@@ -173,6 +173,25 @@ def test_prolog_adds_the_exact_line_once_and_keeps_the_others(chain):
     assert not list(allow.parent.glob(".localusers.epilog-tmp.*"))
 
 
+def test_prolog_grants_no_line_the_epilog_would_never_revoke(chain):
+    """Grant and revoke follow the guard's one rule: slurm (uid 64030,
+    above login.defs' UID_MAX and below 65536: a system account, whose
+    last job end runs no part 39) and je.kim (a listed operator, who gets
+    in by the operators' list) get no line from prolog.sh, as slurmd runs
+    it; each run says why in one line and its record."""
+    chain.allow_file.write_text("bob\n")
+    mark = len(chain.log_text())
+    run_prolog(chain, "slurm")
+    run_prolog(chain, "je.kim")
+    assert chain.allow_file.read_text() == "bob\n"
+    log = [line for line in chain.log_text()[mark:].splitlines() if "not added to" in line]
+    assert len(log) == 2, log
+    assert "uid 64030 is root or a system account" in log[0] and "(system account: part 39" in log[0], log
+    assert "listed in" in log[1] and "(listed: part 39" in log[1], log
+    facts = [p["facts"] for rec in chain.records()[-2:] for p in rec["parts"] if p["part"] == "50-exclusive-ssh"]
+    assert [f["allow"]["why"] for f in facts] == ["system account", "listed"], facts
+
+
 def test_prolog_creates_a_missing_allow_file(chain):
     chain.allow_file.unlink(missing_ok=True)
     run_prolog(chain, "alice")
@@ -186,7 +205,7 @@ def test_allow_file_symlink_is_left_alone(chain, tmp_path):
     chain.allow_file.symlink_to(target)
     mark = len(chain.log_text())
     try:
-        run_prolog(chain, "s.shin")
+        run_prolog(chain, "alicex")
         assert chain.run_part("39-lastuserjob-ssh", slurmd_env("alice")).returncode == 0
         assert target.read_text() == "bob\nalice\n"
         assert chain.allow_file.is_symlink()

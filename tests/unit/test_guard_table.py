@@ -75,6 +75,62 @@ def test_the_guard_acts_only_for_a_known_unlisted_ordinary_user(user, uid, listi
     assert verdict.level == ("warning" if answer == "unknown" else "info")
 
 
+# uids at the edges of login.defs' ranges (DEFS) and of Debian's static system range
+EDGES = {"sys.low": 999, "edge.min": 1000, "edge.max": 60000, "sys.high": 60001, "attacker": 60500,
+         "sys.top": 65535, "dir.user": 65536}
+
+
+@pytest.mark.parametrize("user,uid,listing,answer,why", [
+    ("sys.low", 999, b"root\n", "spare", "system account"),
+    ("daemon", 1, b"root\n", "spare", "system account"),
+    ("edge.min", 1000, b"root\n", "act", None),
+    ("alice", 50101, b"root\n", "act", None),
+    ("edge.max", 60000, b"root\n", "act", None),
+    ("sys.high", 60001, b"root\n", "spare", "system account"),
+    ("attacker", 60500, b"root\n", "spare", "system account"),
+    ("sys.top", 65535, b"root\n", "spare", "system account"),
+    ("dir.user", 65536, b"root\n", "act", None),
+    ("ldap.user", 70000, b"root\n", "act", None),
+    ("je.kim", 50103, b"root\nje.kim\n", "spare", "listed"),
+    ("jekim-alias", 50103, b"root\nje.kim\n", "spare", "listed"),
+    ("alice", 50101, b"root\nghost\n", "unknown", "lookup error"),
+    ("alice", 50101, None, "unknown", "lookup error"),
+    ("ghost", 50999, b"root\n", "unknown", "unknown user"),
+], ids=["below-uid-min", "daemon", "uid-min", "ordinary", "uid-max", "above-uid-max", "attackers-60500", "65535",
+        "65536", "directory-user", "listed", "second-name-of-a-listed-uid", "listed-name-unresolved", "list-absent",
+        "unknown-user"])
+def test_prolog_50_grants_exactly_where_the_epilog_acts(tmp_path, monkeypatch, user, uid, listing, answer, why):
+    """Grant and revoke follow one rule (guard.check): over the uid ranges,
+    prolog 50 adds the line exactly when the runner's lastuserjob gate
+    (and a part run on its own) would let 39 remove it; otherwise it edits
+    nothing and says why in one line and the record's fact. The node's
+    facts (the account database, login.defs) are the table's; the edit of
+    the file itself is the node tier's (it is recorded here, not made)."""
+    parts, system = node("parts"), node("system")
+    accounts = dict(ACCOUNTS, **EDGES)
+    monkeypatch.setattr(guard, "resolve", accounts.get)
+    monkeypatch.setattr(system, "login_defs", lambda: DEFS)
+    path = tmp_path / "localusers.backup"
+    if listing is not None:
+        path.write_bytes(listing)
+    ident = guard.identity(user, str(uid), accounts.get, RULES_CHARS)
+    gate = guard.check(ident, user, str(path))
+    edits, facts, lines = [], {}, []
+    monkeypatch.setattr(parts, "allow_edit", lambda ctx, op, name: edits.append((op, name)))
+    ctx = type("Ctx", (), {"identity": ident, "user": user, "names": {"localusers": str(path),
+                                                                        "allow_file": "/etc/localusers"},
+                           "log": lambda self, level, line: lines.append((level, line)),
+                           "fact": lambda self, key, value: facts.__setitem__(key, value)})()
+    parts.grant_ssh(ctx)
+    assert gate.answer == answer, gate
+    if answer == "act":
+        assert edits == [("add", user)] and not lines
+        return
+    assert edits == [] and facts == {"allow": {"op": "add", "change": "not granted", "why": why}}
+    assert lines == [(gate.level, f"{gate.why}; not added to /etc/localusers ({why}: part 39 would never remove "
+                                  f"the line)")], lines
+
+
 def test_the_database_is_asked_only_for_a_name_that_passes_every_check():
     asked = []
 

@@ -1,4 +1,10 @@
-"""The localusers guard: may the lastuserjob parts act for the job's user?
+"""The localusers guard: may the chain act for the job's user? One rule for
+both ends of a job: the epilog's lastuserjob parts (39 revokes the ssh line,
+40 kills, 42 cleans) run only when check() says act, and prolog 50 grants
+the ssh line only when check() says act too, so the chain never grants what
+it would never revoke (a listed operator's line, root's, a system
+account's, a line for a user whose lookup failed). The runner's gate, a
+part run on its own, prolog 50 and the looks between jobs all ask check().
 
 Two decisions, each a function of its facts:
 
@@ -33,6 +39,12 @@ Identity = system.fields("Identity", "ok uid why")
 # log's sentence; level: info or warning; listed: what the list says (listed,
 # not listed, lookup error, unknown user); system: a system account.
 Verdict = system.fields("Verdict", "answer uid why level listed system")
+
+
+def spared_as(verdict):
+    """Why VERDICT (one that is not act) leaves the user alone, in a word or
+    two: listed, system account, lookup error or unknown user."""
+    return "system account" if verdict.system else verdict.listed
 
 
 def name_chars(account_chars):
@@ -102,7 +114,8 @@ def system_uid(uid, defs):
     """Root or a system account, by the login.defs DEFS (UID_MIN, UID_MAX):
     uid below UID_MIN, and UID_MAX < uid <= 65535 (Debian's static system
     range, e.g. slurm 64030, and nobody 65534). Directory users above 65535
-    stay ordinary. The one rule of the guard, the strays and part 42's IPC."""
+    stay ordinary. The one rule of the guard (decide()) and of the looks
+    between jobs (which leave such accounts out before any lookup)."""
     uid_min, uid_max = defs
     return uid < uid_min or uid_max < uid <= 65535
 
@@ -142,7 +155,8 @@ def decide(ident, user, listing, list_path, resolve_name, defs):
 
 def check(ident, user, list_path):
     """decide() on this node's facts: the list as it is now, the account
-    database and login.defs."""
+    database and login.defs. What both the grant (prolog 50) and the
+    revoke, kill and cleanup (the lastuserjob parts) go by."""
     if not ident.ok:
         return decide(ident, user or "", b"", list_path, resolve, (0, 0))
     return decide(ident, user, read_list(list_path), list_path, resolve, system.login_defs())

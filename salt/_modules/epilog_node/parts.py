@@ -5,7 +5,8 @@
   40-lastuserjob-processes  kill every process of the job's uid
   42-lastuserjob-cleanup    remove the uid's files under /tmp and /dev/shm
   45-stale-x-display        sweep the residue no live process holds
-  50-exclusive-ssh          grant: add the user's line (a prolog part)
+  50-exclusive-ssh          grant: add the user's line (a prolog part), only
+                            for a user the guard says act for, as 39-42
 
 The runner decides whether a part runs (the guard, the last-job evidence,
 the deadlines) and runs it in a process of its own; a part run on its own
@@ -18,7 +19,7 @@ import os
 import stat
 import time
 
-from . import system
+from . import guard, system
 from .system import signal
 
 # -- 39 and 50: the ssh allow file ------------------------------------------------
@@ -198,10 +199,19 @@ def revoke_ssh(ctx):
 
 
 def grant_ssh(ctx):
-    if ctx.identity.ok:
+    """50: the user's line, only for a user the lastuserjob parts act for
+    (guard.check, the one rule of both ends): a line part 39 would never
+    remove (a listed operator's, root's, a system account's, or one for a
+    user whose lookup failed) is never granted. One line says why not;
+    the record's fact is allow: {op: add, change: not granted, why}."""
+    verdict = guard.check(ctx.identity, ctx.user, ctx.names["localusers"])
+    if verdict.answer == "act":
         allow_edit(ctx, "add", ctx.user)
-    else:
-        ctx.log("warning", "%s; not added to %s" % (ctx.identity.why, ctx.names["allow_file"]))
+        return
+    why = guard.spared_as(verdict)
+    ctx.fact("allow", {"op": "add", "change": "not granted", "why": why})
+    ctx.log(verdict.level, "%s; not added to %s (%s: part 39 would never remove the line)"
+            % (verdict.why, ctx.names["allow_file"], why))
 
 
 # -- 40: the kill -----------------------------------------------------------------
