@@ -139,15 +139,17 @@ def test_ipc_cleanup_off_leaves_them_all(var_chain, ns):
 def test_between_jobs_the_objects_of_accounts_with_no_job_are_told_and_removed_only_when_asked(var_chain, accounts):
     """epilog.strays and the sweep's look (ipc_only), as the module runs
     them, in an IPC namespace of the test's own: alice runs nothing and has
-    no job here, and her crashed job left a segment, a set and a queue;
-    alicex's job runs here; je.kim is an operator. Only alice's go, and
-    only when asked."""
+    no job here, and her crashed job left a segment, a set and a queue,
+    and a segment she gave root (IPC_SET: still hers); alicex's job runs
+    here; je.kim is an operator. Only alice's go, and only when asked."""
     chain = var_chain()
     mark_running(chain, OTHER)
 
     def inside():
+        given = ("shm", make([], ALICE, "-M", "4096"))
+        subprocess.run([*as_user(ALICE), "/usr/bin/python3", "-c", GIVE, str(given[1])], check=True)
         mine = {("shm", make([], ALICE, "-M", str(1 << 20))), ("sem", make([], ALICE, "-S", "1")),
-                ("msg", make([], ALICE, "-Q"))}
+                ("msg", make([], ALICE, "-Q")), given}
         others = {("shm", make([], OTHER, "-M", "4096")), ("shm", make([], OPERATOR, "-M", "4096"))}
         before = set(objects([]))
         seen = {"full": look(chain, test=True), "preview": look(chain, ipc_only=True, kill=True, test=True),
@@ -160,18 +162,19 @@ def test_between_jobs_the_objects_of_accounts_with_no_job_are_told_and_removed_o
     assert mine | others <= before and kept == before, (before, kept)
     full = told(seen["full"])
     assert full[ALICE]["answer"] == "stray" and full[ALICE]["processes"] == 0, full
-    assert full[ALICE]["ipc"]["remove"] == {"shm": 1, "sem": 1, "msg": 1} and full[ALICE]["ipc"]["bytes"] == 1 << 20
+    assert full[ALICE]["ipc"]["remove"] == {"shm": 2, "sem": 1, "msg": 1}
+    assert full[ALICE]["ipc"]["bytes"] == (1 << 20) + 4096
     for report in (seen["preview"], seen["listed"]):
         users = told(report)
         assert set(users) >= {ALICE} and OPERATOR not in users and users[OTHER]["answer"] == "job", users
-        assert report["counts"]["ipc_users"] == 1 and report["counts"]["ipc_objects"] == 3, report["counts"]
+        assert report["counts"]["ipc_users"] == 1 and report["counts"]["ipc_objects"] == 4, report["counts"]
         assert report["counts"]["ipc_removed"] == 0
     assert told(seen["preview"])[ALICE]["kill"] == "would kill"
     removed = told(seen["removed"])[ALICE]["kill"]
     # an account that runs nothing: no part 39 or 40, only its objects
-    assert removed["parts"] == {} and removed["ipc"]["removed"] == {"shm": 1, "sem": 1, "msg": 1}, removed
-    assert seen["removed"]["counts"]["ipc_removed"] == 3
-    assert seen["removed"]["counts"]["ipc_bytes_removed"] == 1 << 20
+    assert removed["parts"] == {} and removed["ipc"]["removed"] == {"shm": 2, "sem": 1, "msg": 1}, removed
+    assert seen["removed"]["counts"]["ipc_removed"] == 4
+    assert seen["removed"]["counts"]["ipc_bytes_removed"] == (1 << 20) + 4096
     assert not mine & after and others <= after, after
     # ipc_only looks are the sweep's: its record says them, not one of their own
     assert not chain.record_file.exists() or not [rec for rec in chain.records() if rec["stage"] == "strays"]
