@@ -14,6 +14,7 @@ import pytest
 
 from tests.helpers import Chain, as_user, in_namespaces, kill_all_of, live_spool, mount_namespace, slurmd_env, uid_of
 from tests.node.test_strays import look, mark_running, told
+from tests.unit.conftest import node
 
 ALICE, OTHER, OPERATOR = "alice", "alicex", "je.kim"
 HOLD = """
@@ -223,3 +224,47 @@ def test_thousands_of_objects_go_within_the_parts_deadline_in_one_line_and_never
     assert sum(fact["removed"].values()) + fact["left"] + sum(fact["kept"].values()) == 4500, fact
     assert len(left) == fact["left"] + sum(fact["kept"].values()), (len(left), fact)
     assert fact["removed"]["shm"] + fact["removed"]["sem"] + fact["removed"]["msg"] > 0, fact
+
+
+def test_a_big_set_used_by_another_uid_since_it_was_judged_is_left_alone(accounts):
+    """remove()'s check right before IPC_RMID reads every semaphore again:
+    a set of 300 judged "remove" while nobody used it, then alicex's live
+    process operates on semaphore #200, stays; once that process is gone,
+    the set goes. A check the deadline cuts short says so (left for want
+    of time), and removes nothing. Root's set, in an IPC namespace of the
+    test's own."""
+    ipc = node("ipc")
+    other = uid_of(OTHER)
+
+    def inside():
+        import ctypes  # pylint: disable=import-outside-toplevel
+        import os  # pylint: disable=import-outside-toplevel
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        ident = libc.semget(0, 300, 0o1666)
+        row = next(r for r in ipc.read_rows("sem") if r["semid"] == ident)
+        verdict = ipc.decide("sem", row, 0, ipc.live_uid, ipc.sem_pids(ident, 300))
+        (said, says), (wait, done) = os.pipe(), os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child: alicex's process, semaphore #200, then it waits
+            try:
+                os.setgid(other)
+                os.setuid(other)
+                ok = libc.semop(ident, (ctypes.c_short * 3)(200, 1, 0), 1) == 0
+                os.write(says, b"y" if ok else b"n")
+                os.read(wait, 1)
+            finally:
+                os._exit(0)
+        try:
+            used = os.read(said, 1) == b"y"
+            seen = [verdict.action, used, child in ipc.sem_pids(ident, 300),
+                    ipc.remove(verdict, ipc.live_uid, 300, deadline=0), ipc.remove(verdict, ipc.live_uid, 300)]
+        finally:
+            os.write(done, b"x")
+            os.waitpid(child, 0)
+        seen.append(ipc.remove(verdict, ipc.live_uid, 300))
+        return seen
+
+    assert in_namespaces(inside, pid=False, ipc=True) == [
+        "remove", True, True, (False, ipc.LATE), (False, "used by a live process of another uid since it was judged"),
+        (True, "")]
