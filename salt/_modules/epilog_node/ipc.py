@@ -39,8 +39,8 @@ KINDS = ("shm", "sem", "msg")
 PROC = "/proc/sysvipc/"
 # IPC_RMID, IPC_STAT, GETPID
 IPC_RMID, IPC_STAT, GETPID = 0, 2, 11
-# the semaphores of a set read between two looks at the clock (every one is
-# read, however many the set has; a look costs far less than a read)
+# sem_pids() reads every semaphore of a set, however many it has, and looks
+# at the clock (the deadline) before each run of this many
 SEMS_PER_LOOK = 4096
 # what sem_pids() answers, and remove() says, when the deadline came before
 # every semaphore of a set was read: the set is counted as left
