@@ -84,7 +84,9 @@ def test_the_state_laid_listfile_line_refuses_a_revoked_user_and_never_an_operat
     assert not chain.allow_file.exists()
     assert ssh.logs_in("root") and ssh.logs_in(OPERATOR) and refused(ssh, "alice")
 
-    # Her job starts: prolog part 50 grants her line, and she is let in.
+    # The operator's job starts: part 50 grants no line (39 would never remove an operator's); their list lets them
+    # in. Her job starts: part 50 grants her line, and she is let in.
+    chain.run_part("50-exclusive-ssh", slurmd_env(OPERATOR))
     chain.run_part("50-exclusive-ssh", slurmd_env("alice"))
     assert allowed() == ["alice"], chain.log_text()
     assert ssh.logs_in("alice")
