@@ -786,7 +786,6 @@ def warm(settings):
     worker that waits for them (the runner forks it while 40 runs)."""
     # pylint: disable=import-outside-toplevel,unused-import
     try:
-        import resource  # noqa: F401
         if settings.get("ipc_cleanup", True):
             from . import ipc  # noqa: F401
     except ImportError:

@@ -118,16 +118,24 @@ class _Frame:
         return self.rest.pop() if self.rest else None
 
     def close(self):
-        """Stop holding the directory; what is left of its listing is kept as names."""
+        """Stop holding the directory; what is left of its listing is kept
+        as names. The OSError that cut the listing short, if one did."""
+        cut = None
         if self.listing is not None:
+            self.rest = []
             try:
-                self.rest = [entry.name for entry in self.listing]
+                for entry in self.listing:
+                    self.rest.append(entry.name)
+            except OSError as exc:
+                cut = exc
+                self.whole = False
             finally:
                 self.listing.close()
                 self.listing = None
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+        return cut
 
 
 class Walk:
@@ -248,8 +256,10 @@ class Walk:
         child = _Frame(fd, name, st)
         self.frames.append(child)
         if len(self.frames) - self._held > self.keep_open:
-            self.frames[self._held].close()
+            cut = self.frames[self._held].close()
             self._held += 1
+            if cut is not None:
+                self.rules.failed(self, None, cut, "list")
         self._start(child)
 
     def _up(self):
