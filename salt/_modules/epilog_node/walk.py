@@ -117,10 +117,14 @@ class _Frame:
             self.rest = []
         return self.rest.pop() if self.rest else None
 
-    def close(self):
-        """Stop holding the directory; what is left of its listing is kept
-        as names. The OSError that cut the listing short, if one did."""
+    def close(self, keep=True):
+        """Stop holding the directory; with KEEP, what is left of its
+        listing is kept as names. The OSError that cut the listing short,
+        if one did."""
         cut = None
+        if self.listing is not None and not keep:
+            self.listing.close()
+            self.listing = None
         if self.listing is not None:
             self.rest = []
             try:
@@ -193,11 +197,11 @@ class Walk:
                     self._up()
         finally:
             top = self.frames[0]
-            for frame in self.frames:
-                if frame is not top:
-                    frame.close()
-                elif frame.listing is not None:
-                    frame.listing.close()
+            for frame in self.frames[1:]:
+                frame.close(keep=False)
+            if top.listing is not None:
+                top.listing.close()
+                top.listing = None
             self.frames = [top]
 
     def _start(self, frame):
@@ -212,6 +216,8 @@ class Walk:
         try:
             return frame.next_name()
         except OSError as exc:  # a listing cut short: what is left stays
+            if frame.listing is not None:
+                frame.listing.close()
             frame.listing = None
             frame.rest = []
             frame.whole = False
