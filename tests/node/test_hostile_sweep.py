@@ -5,9 +5,11 @@ never swept), with residue from real X servers, real accounts and real FUSE
 mounts. Each test names the promise it attacks."""
 import json
 import os
+import resource
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from tests.helpers import (
     as_user,
     hostile,
     ids_of,
+    in_namespaces,
     laid_down,
     require,
     require_tools,
@@ -24,6 +27,7 @@ from tests.helpers import (
     uid_of,
     wait_for,
 )
+from tests.unit.conftest import node
 
 # alice binds an abstract unix socket named by argv[1]: any bytes, newlines too.
 BIND_ABSTRACT = ("import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.bind(b'\\0' + sys.argv[1].encode()); "
@@ -219,6 +223,162 @@ def test_part_42_leaves_another_accounts_file_in_the_users_directory(chain, acco
         shutil.rmtree(top, ignore_errors=True)
 
 
+
+
+# -- 12. a tree deeper than the descriptors the walk may hold --------------------
+DEPTH = 3000  # levels: far more than the NOFILE limit the walks get here
+NOFILE = 256
+
+
+def plant_chain(top, depth, owner, theirs_at=None, other=None, names=("d", "f")):
+    """TOP (in /tmp) and DEPTH levels below it, each directory named d, each
+    level with the files NAMES names beside d (made in that order): OWNER's;
+    at level THEIRS_AT a file "theirs" of OTHER's. Built relative to a
+    handle (no path is longer than a name)."""
+    uid, gid = ids_of(owner)
+    os.mkdir(top)
+    os.chown(top, uid, gid)
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    for level in range(depth + 1):
+        for name in names if level < depth else [n for n in names if n != "d"]:
+            if name == "d":
+                os.mkdir(name, dir_fd=fd)
+            else:
+                os.close(os.open(name, os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+            os.chown(name, uid, gid, dir_fd=fd)
+        if level == theirs_at:
+            os.close(os.open("theirs", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+            os.chown("theirs", *ids_of(other), dir_fd=fd)
+        if level < depth:
+            below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = below
+    os.close(fd)
+
+
+def levels(top):
+    """[names at level 0, level 1, ...] down the chain of d's under TOP."""
+    found = []
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    while True:
+        names = sorted(os.listdir(fd))
+        found.append(names)
+        if "d" not in names:
+            os.close(fd)
+            return found
+        below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+
+
+def low_nofile():
+    resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+
+def test_part_42_removes_a_tree_deeper_than_its_descriptors_and_keeps_another_accounts_file_with_its_path(accounts):
+    """Part 42's walk (parts._clear, as cleanup runs it on /tmp) under a
+    NOFILE limit of 256, in a /tmp of its own: alice's tree of 3,000
+    levels goes whole; in another of 3,000, alicex's file at level 2,000
+    stays with the 2,001 directories on the path to it (each an error:
+    alice's, kept), and everything of alice's below and beside them goes.
+    The preview (observe mode) counts the same and removes nothing."""
+    alice = uid_of("alice")
+
+    def inside():
+        parts = node("parts")
+        plant_chain("/tmp/deep", DEPTH, "alice")
+        plant_chain("/tmp/kept", DEPTH, "alice", theirs_at=2000, other="alicex")
+        low_nofile()
+        preview = parts._clear("/tmp", alice, time.monotonic() + 60, test=True)
+        unchanged = len(levels("/tmp/deep")), len(levels("/tmp/kept"))
+        done = parts._clear("/tmp", alice, time.monotonic() + 60)
+        return preview, unchanged, done, sorted(os.listdir("/tmp")), levels("/tmp/kept")
+
+    preview, unchanged, done, left, kept = in_namespaces(inside, pid=False, fresh=("/tmp",))
+    # deep: 3,001 files and 3,001 directories; kept: 3,001 files and levels 2,001 to 3,000
+    assert done == (6002 + 4001, 2001), done
+    assert preview == done and unchanged == (DEPTH + 1, DEPTH + 1)
+    assert left == ["kept"]
+    assert kept == [["d"]] * 2000 + [["theirs"]]
+
+
+def test_a_branch_moved_out_of_the_tree_mid_walk_takes_the_walk_nowhere_outside(accounts):
+    """Part 42's walk of /tmp/top (200 levels of alice's: files a and z
+    beside d at each, so that whatever the listing's order one is left to
+    do above the walk) under a NOFILE limit of 256: when it is at the
+    bottom, a rename moves level 50 (a directory it no longer holds) to
+    /tmp/out, where alice has files of those very names, and a directory
+    d. Going up, ".." of level 50 is /tmp/out, not level 49: the walk
+    gives up what is left above and counts an error; /tmp/out keeps
+    everything, and so do levels 1 to 49 what the walk had left to do. A
+    symlink of alice's at the bottom, to /tmp/out, goes itself, never
+    its target."""
+    alice, gid = ids_of("alice")
+
+    def inside():
+        parts = node("parts")
+        plant_chain("/tmp/top", 200, "alice", names=("a", "d", "z"))
+        os.symlink("/tmp/out", "/tmp/top" + "/d" * 200 + "/link")
+        os.lchown("/tmp/top" + "/d" * 200 + "/link", alice, gid)
+        os.mkdir("/tmp/out")
+        for name in ("a", "z", "d", "d/a"):
+            path = f"/tmp/out/{name}"
+            if name == "d":
+                os.mkdir(path)
+            else:
+                Path(path).write_text("bait")
+            os.chown(path, alice, gid)
+        moved = []
+
+        class Renamed(parts._Clear):
+            def judge(self, tree, name, st):
+                if tree.depth == 200 and not moved:
+                    os.rename("/tmp/top" + "/d" * 50, "/tmp/out/moved")
+                    moved.append(name)
+                return super().judge(tree, name, st)
+
+        low_nofile()
+        done = Renamed(alice, time.monotonic() + 60).run("/tmp/top")
+        out = sorted(str(p.relative_to("/tmp/out")) for p in Path("/tmp/out").rglob("*"))
+        return moved, done, out, levels("/tmp/top")
+
+    moved, done, out, top = in_namespaces(inside, pid=False, fresh=("/tmp",))
+    assert moved, "the walk never reached the bottom"
+    assert done[1] >= 1, done
+    # level 50, moved, stays in /tmp/out (its parent is not the walk's to act in)
+    assert {"a", "z", "d", "d/a", "moved"} <= set(out), out
+    # levels 1 to 48 keep d and the file left to do, level 49 that file; the
+    # walk held the top (level 0) throughout: it goes on there
+    assert len(top) == 50 and top[0] == ["d"], top
+    assert all(len(names) == 2 and "d" in names for names in top[1:49]), top
+    assert top[49] in (["a"], ["z"]), top[49]
+
+
+def test_the_sweep_removes_a_scratch_tree_deeper_than_its_descriptors_and_reports_what_stays(accounts):
+    """Part 45's walk of job 77's scratch (sweep.run_sweep, as part 45 runs
+    it), under a NOFILE limit of 256 in a /tmp of its own: /tmp/slurm77.a,
+    3,000 levels of alice's, goes whole (the sweep once recursed and held a
+    descriptor per level: it removed nothing of it); in /tmp/slurm77.b,
+    alicex's file at level 2,000 stays, reported with a path cut short, and
+    so do the directories on the path to it."""
+    alice = uid_of("alice")
+
+    def inside():
+        sweep = node("sweep")
+        plant_chain("/tmp/slurm77.a", DEPTH, "alice")
+        plant_chain("/tmp/slurm77.b", DEPTH, "alice", theirs_at=2000, other="alicex", names=("f", "d"))
+        low_nofile()
+        report = sweep.run_sweep(job="77", patterns=["slurm{jobid}*"], uid=alice, budget=60)
+        return report, sorted(os.listdir("/tmp")), levels("/tmp/slurm77.b")
+
+    report, left, kept = in_namespaces(inside, pid=False, fresh=("/tmp",))
+    assert report["removed"] == ["/tmp/slurm77.a"] and not report["errors"], report["errors"][:3]
+    assert "slurm77.a" not in left and kept == [["d"]] * 2000 + [["theirs"]]
+    reasons = {k["path"]: k["reason"] for k in report["kept"]}
+    theirs = "/tmp/slurm77.b/d/d/d/d/[1992 levels]/d/d/d/d/theirs"
+    assert reasons[theirs] == f"owned by uid {uid_of('alicex')}, not the job's uid {alice}", sorted(reasons)[:5]
+    assert reasons["/tmp/slurm77.b"] == "on the path to entries of another account, kept with them"
+    assert len(reasons) == 2001 + 1 and max(len(path) for path in reasons) < 80
 
 
 # -- the bytecode part 45 runs ---------------------------------------------------

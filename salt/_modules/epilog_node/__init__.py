@@ -18,6 +18,8 @@ evidence.py     the last-job evidence: marks, the spool, slurmstepd,
 parts.py        what each of the formula's parts does: 39 and 50 edit the
                 ssh allow file, 40 kills, 42 removes files, 45 sweeps
 sweep.py        the residue sweep's decision table (part 45, epilog.sweep)
+walk.py         the walk of a tree parts 42 and 45 remove from: any depth,
+                bounded descriptors, never a symlink, never out of the tree
 record.py       the decision record and the metrics: written at each job
                 end, read by epilog.report and epilog.explain
 release.py      the releases: check, manifest, switch, roll back (also the

@@ -19,7 +19,7 @@ import os
 import stat
 import time
 
-from . import guard, system
+from . import guard, system, walk
 from .system import signal
 
 # -- 39 and 50: the ssh allow file ------------------------------------------------
@@ -589,120 +589,78 @@ def kill(ctx):
 CLEANED = ("/tmp", "/dev/shm")
 
 
+class _Late(Exception):
+    """Part 42's deadline came before its walk was done."""
+
+
+class _Clear(walk.Rules):
+    """Part 42's rules for the walk of TOP (walk.py: never a symlink
+    followed, never TOP's file system or tree left, descriptors bounded at
+    any depth): what UID owns goes, at every depth; another account's entry
+    stays, and so do the directories on the path to it (a directory of
+    UID's kept so counts as an error, as rmdir would find it not empty);
+    another account's directory is walked into, never removed; a mount
+    point stays. TEST (observe mode): the same walk, with nothing unlinked
+    or removed; what would go is counted as removed. Counts what went and
+    the errors: what could not be looked at or removed, a branch moved out
+    of the walk, the deadline."""
+
+    def __init__(self, uid, deadline, test=False):
+        self.uid = uid
+        self.deadline = deadline
+        self.test = test
+        self.removed_count = self.errors = 0
+
+    def check(self):
+        if time.monotonic() > self.deadline:
+            raise _Late()
+
+    def judge(self, tree, name, st):
+        if st.st_dev != tree.device:
+            return walk.KEEP  # another file system, mounted here: never entered
+        if stat.S_ISDIR(st.st_mode):
+            return walk.ENTER
+        return walk.REMOVE if st.st_uid == self.uid else walk.KEEP
+
+    def leave(self, tree, name, st, whole):
+        if st.st_uid != self.uid:
+            return walk.KEEP
+        if not whole:
+            self.errors += 1
+            return walk.KEEP
+        return walk.REMOVE
+
+    def removed(self, tree, name, st):
+        self.removed_count += 1
+
+    def failed(self, tree, name, exc, doing):
+        self.errors += 1
+
+    def run(self, top):
+        """(removed, errors) under TOP."""
+        try:
+            top_fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return 0, 0
+        except OSError:
+            return 0, 1
+        try:
+            walk.Walk(top_fd, self, top).run()
+        except _Late:
+            self.errors += 1
+        finally:
+            os.close(top_fd)
+        return self.removed_count, self.errors
+
+
 def _clear(top, uid, deadline, test=False):
-    """Remove what UID owns under TOP, at every depth, never following a
-    symlink, never leaving TOP's file system, unlinking relative to the
-    directory it walks (opened without following a symlink, its inode
-    checked): another account's entry stays, and so do the directories on
-    the path to it. TEST (observe mode): the same walk, with nothing
-    unlinked or removed; what would go is counted as removed, and a
-    directory of UID's that something keeps from going (rmdir would find
-    it not empty) as an error. (removed, errors)."""
-    removed = errors = 0
-    try:
-        top_fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return 0, 0
-    except OSError:
-        return 0, 1
-    device = os.fstat(top_fd).st_dev
-    # a stack of [directory fd, the names left in it, the name it has in
-    # its parent, its lstat, whether something in it stays]
-    stack = [[top_fd, None, None, None, False]]
-    try:
-        while stack:
-            frame = stack[-1]
-            fd, names, name, st, _ = frame
-            if names is None:
-                try:
-                    names = os.listdir(fd)
-                except OSError:
-                    errors += 1
-                    names = []
-                    frame[4] = True
-                names.reverse()
-                frame[1] = names
-            if time.monotonic() > deadline:
-                errors += 1
-                break
-            if not names:
-                stack.pop()
-                os.close(fd)
-                if not stack:
-                    continue
-                gone = False
-                if st.st_uid == uid and test:
-                    gone = not frame[4]
-                    if gone:
-                        removed += 1
-                    else:
-                        errors += 1
-                elif st.st_uid == uid:
-                    try:
-                        os.rmdir(name, dir_fd=stack[-1][0])
-                        removed += 1
-                        gone = True
-                    except OSError:
-                        errors += 1
-                if not gone:
-                    stack[-1][4] = True
-                continue
-            entry = names.pop()
-            try:
-                sub = os.stat(entry, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            except OSError:
-                errors += 1  # a FUSE mount of another user answers EACCES
-                frame[4] = True
-                continue
-            if sub.st_dev != device:
-                frame[4] = True
-                continue  # another file system, mounted here: never entered
-            if stat.S_ISDIR(sub.st_mode):
-                try:
-                    sub_fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-                except OSError:
-                    errors += 1
-                    frame[4] = True
-                    continue
-                if not os.path.samestat(sub, os.fstat(sub_fd)):
-                    os.close(sub_fd)
-                    errors += 1
-                    frame[4] = True
-                    continue
-                stack.append([sub_fd, None, entry, sub, False])
-            elif sub.st_uid != uid:
-                frame[4] = True
-            elif test:
-                removed += 1
-            else:
-                try:
-                    os.unlink(entry, dir_fd=fd)
-                    removed += 1
-                except FileNotFoundError:
-                    pass
-                except OSError:
-                    errors += 1
-                    frame[4] = True
-    finally:
-        for frame in stack:
-            os.close(frame[0])
-    return removed, errors
+    """Remove what UID owns under TOP by _Clear's rules: (removed, errors)."""
+    return _Clear(uid, deadline, test).run(top)
 
 
 def cleanup(ctx):
     uid = ctx.act_uid
     removed = errors = 0
-    try:
-        import resource  # pylint: disable=import-outside-toplevel
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if hard == resource.RLIM_INFINITY or hard > soft:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 16) if hard != resource.RLIM_INFINITY
-                                                        else 1 << 16, hard))
-    except (ImportError, ValueError, OSError):
-        pass
     would = observing(ctx.settings)
     for top in CLEANED:
         done, failed = _clear(top, uid, ctx.deadline, test=would)
@@ -810,7 +768,6 @@ def warm(settings):
     worker that waits for them (the runner forks it while 40 runs)."""
     # pylint: disable=import-outside-toplevel,unused-import
     try:
-        import resource  # noqa: F401
         if settings.get("ipc_cleanup", True):
             from . import ipc  # noqa: F401
     except ImportError:

@@ -51,7 +51,7 @@ import struct
 import sys
 import time
 
-from . import system
+from . import system, walk
 
 
 class SweepError(Exception):
@@ -512,34 +512,15 @@ class _Sweep:
         """Remove the directory NAME (owned by the job's uid) relative to
         PARENT_FD as far as it holds only the job uid's entries, at every
         depth: another account's entry stays, with the directories on the
-        path to it, and both are reported. Never follows a symlink, never
-        leaves the file system. True when the whole tree went (or would go)."""
-        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
-        whole = True
+        path to it, and both are reported. The walk is walk.py's (never a
+        symlink followed, never the file system or the tree left,
+        descriptors bounded at any depth). True when the whole tree went
+        (or would go)."""
+        fd = walk.open_dir(parent_fd, name, st)
         try:
-            if not os.path.samestat(st, os.fstat(fd)):
-                raise OSError(f"{system.show(path)} changed while the sweep ran")
-            for entry in os.listdir(fd):
-                self.check_budget()
-                child = f"{path}/{entry}"
-                try:
-                    sub = os.stat(entry, dir_fd=fd, follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                except OSError as exc:
-                    self.unjudged(kind, child, f"lstat failed ({exc.strerror})")
-                    whole = False
-                    continue
-                if sub.st_uid != self.uid:
-                    self.keep(kind, child, f"owned by uid {sub.st_uid}, not the job's uid {self.uid}")
-                    whole = False
-                elif sub.st_dev != st.st_dev:
-                    self.keep(kind, child, "on another file system (a mount point)")
-                    whole = False
-                elif stat.S_ISDIR(sub.st_mode):
-                    whole = self._remove_tree(kind, fd, entry, child, sub) and whole
-                elif not self.test:
-                    os.unlink(entry, dir_fd=fd)
+            tree = walk.Walk(fd, _Scratch(self, kind), path)
+            tree.run()
+            whole = tree.whole
         finally:
             os.close(fd)
         if not whole:
@@ -780,6 +761,43 @@ class _Sweep:
         if self.remove("clsbd", tmp_fd, name, path, st):
             self.note("info", f"stale clsbd {self.purged}", f"stale clsbd {self.purged}: {system.show(path)}",
                       system.show(path))
+
+
+class _Scratch(walk.Rules):
+    """The sweep's rules for the walk of a job's scratch directory: the job
+    uid's entries go; another account's entry, a mount point and what
+    cannot be looked at stay and are reported, and so are the directories
+    on the path to them."""
+
+    def __init__(self, sweep, kind):
+        self.sweep = sweep
+        self.kind = kind
+        self.test = sweep.test
+
+    def check(self):
+        self.sweep.check_budget()
+
+    def judge(self, tree, name, st):
+        sweep = self.sweep
+        if st.st_uid != sweep.uid:
+            sweep.keep(self.kind, tree.path(name), f"owned by uid {st.st_uid}, not the job's uid {sweep.uid}")
+            return walk.KEEP
+        if st.st_dev != tree.device:
+            sweep.keep(self.kind, tree.path(name), "on another file system (a mount point)")
+            return walk.KEEP
+        return walk.ENTER if stat.S_ISDIR(st.st_mode) else walk.REMOVE
+
+    def leave(self, tree, name, st, whole):
+        if not whole:
+            self.sweep.keep(self.kind, tree.path(name), "on the path to entries of another account, kept with them")
+            return walk.KEEP
+        return walk.REMOVE
+
+    def failed(self, tree, name, exc, doing):
+        if doing == "lstat":
+            self.sweep.unjudged(self.kind, tree.path(name), f"lstat failed ({walk.why(exc)})")
+        else:
+            self.sweep.error(tree.path(name), f"could not remove: {walk.why(exc)}")
 
 
 def kind_of(st):
