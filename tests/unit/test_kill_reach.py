@@ -57,3 +57,28 @@ def test_a_refused_fork_is_told_by_its_errno(errno_name, why):
     code = getattr(errno, errno_name)
     assert runner.fork_failure(OSError(code, os.strerror(code))).startswith(why)
 
+
+
+def test_what_the_user_could_change_on_the_runner_is_put_back():
+    """While the runner itself acts as the user (no free pid: 40 ran in
+    it), the user may renice it, pin it to one CPU or make it SCHED_BATCH
+    (their effective uid is all that takes): scheduling() puts those back.
+    Lowering the nice value again needs root; without it, only the rest is
+    looked at. In a child, so that the test's own process is untouched."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            before = (os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0), os.sched_getaffinity(0))
+            restore = runner.scheduling()
+            os.sched_setaffinity(0, {min(before[2])})
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+            if os.geteuid() == 0:
+                os.setpriority(os.PRIO_PROCESS, 0, before[0] + 5)
+            restore()
+            after = (os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0), os.sched_getaffinity(0))
+            code = 0 if after == before else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status

@@ -452,8 +452,10 @@ class Run:
         command = (system.dumps([name, deadline - 1, act_uid, identity]) + "\n").encode("ascii")
         for _ in range(2):
             if self._worker is None:
+                # the patience a kill in the runner earned is spent on the next fork alone
+                patience, self._fork_patience = min(self._fork_patience, seconds / 2), 0.0
                 try:
-                    self.start_worker(close, patience=min(self._fork_patience, seconds / 2))
+                    self.start_worker(close, patience=patience)
                 except OSError as exc:
                     why = fork_failure(exc)
                     if name not in parts.IN_PROCESS:
@@ -534,8 +536,9 @@ class Run:
         WHY. 40's kill acts as the user for a moment: its uids, groups and
         anything the user could change meanwhile (scheduling()) are put
         back, and the next fork is tried again for FORK_PATIENCE (the killed
-        free their pids once reaped). Were its credentials not wholly
-        root's again, no part runs after it. (exit status, facts)."""
+        free their pids once reaped; the forks after it are not). Were its
+        credentials not wholly root's again, no part runs after it. (exit
+        status, facts)."""
         self.log.warning("no process of its own for %s (%s): it runs in the runner itself" % (name, why))
         facts = {}
         restore = scheduling()
@@ -560,7 +563,6 @@ class Run:
                 self._fork_patience = FORK_PATIENCE
         facts["ran_in_runner"] = why
         return code, facts
-
 
     def _end_worker(self, kill=False, reap=False):
         """The end of the worker: its pipes closed (it reads the end of its
@@ -770,9 +772,10 @@ class Run:
         return self._wait(pid, seconds)
 
     def _fork(self):
-        """os.fork(), tried again for _fork_patience when refused for want
-        of a pid; NoFork when it still is."""
+        """os.fork(), tried again for _fork_patience (once) when refused for
+        want of a pid; NoFork when it still is."""
         until, pause = time.monotonic() + self._fork_patience, 0.001
+        self._fork_patience = 0.0
         while True:
             try:
                 return os.fork()
