@@ -78,17 +78,23 @@ def test_a_su_the_user_stopped_is_resumed_and_ends(chain, accounts):
         kill_all_of(ALICE)
 
 
-def test_her_setuid_program_run_by_others_outlives_her_last_job_end(chain, her_setuid_runs):
+def test_her_setuid_program_run_by_others_outlives_her_last_job_end(chain, cbin, her_setuid_runs):
     """kill(-1) as alice would reach every process whose real or saved uid
     is hers: alicex's, je.kim's and root's runs of her setuid copy of sleep
-    too. Her last job end kills her stray and leaves those three alone,
-    signalling hers one by one, and the record and the log say so."""
+    too. Her last job end kills her stray and her fork loop (started by a
+    script in a session of its own: the group is signalled whole, as
+    kill(-1) would reach it) and leaves those three alone, and the record
+    and the log say so."""
     victim = stray(ALICE)
+    loop, line = hostile(ALICE, "setsid", "bash", "-c", f"{cbin / 'fighter'} forkloop & exec sleep 600",
+                         reaper=cbin / "fighter")
     try:
+        assert line == "ready"
         mark = len(chain.log_text())
         ret = chain.run(chain.conf_dir / "epilog.sh", slurmd_env(ALICE, SLURM_CONF="/nonexistent/slurm.conf"))
         assert ret.returncode == 0, ret
         assert killed(victim), chain.log_text()[mark:]
+        assert loop.wait(timeout=20) == 0  # the subreaper: nothing of the loop left
         assert all(process_uids(proc.pid) for proc in her_setuid_runs.values()), chain.log_text()[mark:]
         fact = next(part for part in chain.records()[-1]["parts"]
                     if part["part"] == "40-lastuserjob-processes")["facts"]["kill"]
@@ -99,4 +105,5 @@ def test_her_setuid_program_run_by_others_outlives_her_last_job_end(chain, her_s
         assert f"left alone the processes whose saved uid is {uid_of(ALICE)} but real uid another's" in log, log
     finally:
         end(victim)
+        end(loop)
         kill_all_of(ALICE)

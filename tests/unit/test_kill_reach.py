@@ -52,6 +52,16 @@ def test_kill_minus_one_reaches_exactly_the_users_x_holders_and_saved_only_proce
         assert (owner == "user") == (uids[0] == HER and X not in (uids[0], uids[2])), uids
 
 
+@pytest.mark.parametrize("mine, others, whole", [
+    ([(700, 700), (700, 700), (800, 800)], {1, 900}, {700, 800}),  # sessions of hers alone
+    ([(700, 700), (710, 700)], {700}, set()),  # another's process in her session: no group of it whole
+    ([(700, 650), (800, 800)], {650}, {800}),
+    ([(0, 0), (700, 0)], set(), set()),  # not told (a kernel before 4.1)
+])
+def test_a_group_is_signalled_whole_only_when_its_session_is_hers_alone(mine, others, whole):
+    assert parts.whole_groups(mine, others) == whole
+
+
 @pytest.mark.parametrize("errno_name, why", [("EAGAIN", "no free pid"), ("ENOMEM", "cannot fork: ")])
 def test_a_refused_fork_is_told_by_its_errno(errno_name, why):
     code = getattr(errno, errno_name)

@@ -258,15 +258,40 @@ def owner_of(uids, uid, x=None):
     return None
 
 
-def _live(pid, uid, user, x=None):
+def whole_groups(mine, others):
+    """The process groups a round may signal whole when kill(-1) may not
+    be sent: the pgids of MINE ([(pgid, sid)] of the user's processes)
+    whose session holds no process of OTHERS (the sessions of every other
+    live process the scan read). Only a process of that session can join
+    one of its groups (setpgid), and a child is born in its parent's: a
+    process of another real uid can come into it only by one of hers
+    exec'ing another account's setuid program that moves its real uid
+    away. A signal to the group reaches each of its members at once, a
+    fork loop's children too (as kill(-1) does), and no other process; a
+    pgid or sid not known (0, before Linux 4.1) is no group."""
+    return {pgid for pgid, sid in mine if pgid > 0 and sid > 0 and sid not in others}
+
+
+def _ids(fields):
+    """(pgid, sid) of a status, as this pid namespace numbers them; 0 when
+    not told."""
+    out = []
+    for key in ("NSpgid", "NSsid"):
+        value = (fields.get(key) or "").split()
+        out.append(int(value[0]) if value and system.digits(value[0]) else 0)
+    return tuple(out)
+
+
+def _live(pid, uid, user, x=None, fields=None):
     """(1, name) when PID is a live process whose real uid is UID; (5,
     name, R) when its saved uid is UID and its real uid R another's
     (owner_of's "saved"); (2, title) when it is root's sshd monitor of a
     login of USER still in progress; (3, title) when that login is still
     at its password prompt; (4, name) when its real or saved uid is X;
     else None. A zombie is dead, unless its other threads still run. Names
-    are as system.show() writes them."""
-    fields = system.status(pid)
+    are as system.show() writes them. FIELDS: its status, when read."""
+    if fields is None:
+        fields = system.status(pid)
     if not system.alive(fields):
         return None
     uids = system.uids_of(fields)
@@ -313,12 +338,14 @@ def _scan(uid, user, x):
     (real uid) and the sshd monitors of USER's logins, those of the
     monitors alone: told by what _live found, root's sshd, never by a
     name, which a process of UID can give itself; "pid(name) uid R" of the
-    processes whose saved uid is UID and real uid R another's). Every
-    process costs a read of its status (its saved uid is nowhere else, and
-    a process running the user's setuid program may have given its
-    effective uid, which names /proc/PID, back to its real owner), but
-    root's without an executable (kernel threads)."""
+    processes whose saved uid is UID and real uid R another's; {"pid(name)":
+    pgid} of the processes of UID whose group whole_groups() lets a round
+    signal whole). Every process costs a read of its status (its saved uid
+    is nowhere else, and a process running the user's setuid program may
+    have given its effective uid, which names /proc/PID, back to its real
+    owner), but root's without an executable (kernel threads)."""
     xs, found, monitors, others, me = False, [], [], [], os.getpid()
+    mine, sessions = {}, {_ids(system.status(me) or {})[1]}
     for pid in system.pids():
         if int(pid) == me:
             continue
@@ -336,16 +363,23 @@ def _scan(uid, user, x):
                 os.readlink("/proc/%s/exe" % pid)
             except OSError:
                 continue
-        seen = _live(pid, uid, user, x)
+        fields = system.status(pid)
+        seen = _live(pid, uid, user, x, fields)
+        if seen and seen[0] == 1:
+            found.append("%s(%s)" % (pid, seen[1]))
+            mine[found[-1]] = _ids(fields)
+            continue
+        if system.alive(fields):
+            sessions.add(_ids(fields)[1])
         if seen and seen[0] == 4:
             xs = True
         elif seen and seen[0] == 5:
             others.append("%s(%s) uid %d" % (pid, seen[1], seen[2]))
         elif seen:
             found.append("%s(%s)" % (pid, seen[1]))
-            if seen[0] in (2, 3):
-                monitors.append(found[-1])
-    return xs, found, monitors, others
+            monitors.append(found[-1])
+    whole = whole_groups(mine.values(), sessions)
+    return xs, found, monitors, others, {entry: ids[0] for entry, ids in mine.items() if ids[0] in whole}
 
 
 _pidfd = []  # [(open, send)] or [None], once looked for
@@ -384,19 +418,45 @@ def pidfd_calls():
     return calls
 
 
-def _signal_each(uid, x, targets):
-    """SIGKILL to each of TARGETS ("pid(name)") that is still a live
-    process of real uid UID, one at a time: its pidfd opened first (as
-    root), then its status read through /proc (while the pidfd is open,
-    /proc/PID is that very process, or it is gone and the signal fails),
-    then the signal sent through the pidfd, from effective uid UID (real
-    X, saved 0, checked before each): no pid reused meanwhile can be
-    reached. Where there is no pidfd (pidfd_calls), by pid, right after
-    the read: a pid reused in between reaches only what kill(-1) would.
-    Returns None, or why it stopped (its uids were not those)."""
-    calls = pidfd_calls()
+def _as_user(uid, x, send):
+    """SEND() from effective uid UID (real X, saved 0, read back first),
+    then root again: None, or why nothing was sent."""
+    os.setresuid(-1, uid, -1)
+    try:
+        if os.getresuid() != (x, uid, 0):
+            return "the sender's uids are %r" % (os.getresuid(),)
+        try:
+            send()
+        except OSError:
+            pass
+        return None
+    finally:
+        os.setresuid(-1, 0, -1)
+
+
+def _signal_each(uid, x, targets, groups):
+    """SIGKILL to TARGETS ("pid(name)"), with no kill(-1): first to each
+    process group of GROUPS ({"pid(name)": pgid}: whole_groups), whole,
+    then to each other target that is still a live process of real uid
+    UID, one at a time: its pidfd opened first (as root), then its status
+    read through /proc (while the pidfd is open, /proc/PID is that very
+    process, or it is gone and the signal fails), then the signal sent
+    through the pidfd: no pid reused meanwhile can be reached. Where there
+    is no pidfd (pidfd_calls), by pid, right after the read: a pid reused
+    in between reaches only what kill(-1) would. Each is sent from
+    effective uid UID (real X, saved 0, checked before each). Returns
+    None, or why it stopped (its uids were not those)."""
+    for pgid in sorted(set(groups.values())):
+        why = _as_user(uid, x, lambda pgid=pgid: os.killpg(pgid, signal.SIGKILL))
+        if why:
+            return why
+    calls = None
     for entry in targets:
+        if entry in groups:
+            continue
         pid = int(entry.split("(", 1)[0])
+        if calls is None:
+            calls = pidfd_calls() or ()
         fd = calls[0](pid) if calls else None
         if fd is not None and fd < 0:
             continue  # gone
@@ -404,19 +464,10 @@ def _signal_each(uid, x, targets):
             fields = system.status(pid)
             if not system.alive(fields) or (system.uids_of(fields) or (None,))[0] != uid:
                 continue
-            os.setresuid(-1, uid, -1)
-            try:
-                if os.getresuid() != (x, uid, 0):
-                    return "the sender's uids are %r" % (os.getresuid(),)
-                if fd is not None:
-                    calls[1](fd, signal.SIGKILL)
-                else:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
-            finally:
-                os.setresuid(-1, 0, -1)
+            why = _as_user(uid, x, (lambda fd=fd, send=calls[1]: send(fd, signal.SIGKILL)) if fd is not None
+                           else (lambda pid=pid: os.kill(pid, signal.SIGKILL)))
+            if why:
+                return why
         finally:
             if fd is not None:
                 os.close(fd)
@@ -444,19 +495,24 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
       "saved": another account, an operator or root running a copy of a
       program the user made setuid to herself) is not hers, and kill(-1)
       would reach it. Each round's scan (the one just before it) lists
-      them: while one lives, the round signals the user's processes one by
-      one instead (_signal_each, through pidfds), and they are reported
-      (spared) and left alone. Between that scan and a kill(-1) (the wait
-      of one round, at most about 10 ms) a process can come to be one only
-      by another account exec'ing the user's setuid file (that account's
-      act, at a moment the user does not choose), by a program of root's
-      or of another account setting its own uids so, or by a process the
-      user started herself exec'ing another account's setuid program that
-      moves her uid to its saved one (it was hers when the scan looked);
-      those a kill(-1) in that window reaches. One by one is no match for a
-      fork loop (its pid moves faster than a scan): while such a process
-      lives, a fork loop of the user's can outlive the bound, and the kill
-      ends bound, naming what survived;
+      them: while one lives, the round sends no kill(-1) (_signal_each):
+      it signals whole each process group of the user's whose session
+      holds no other process (whole_groups: a fork loop that stays in its
+      group dies as under kill(-1)), then each other process of hers on
+      its own, through a pidfd; they are reported (spared) and left alone.
+      Between that scan and a kill(-1) (the wait of one round, at most
+      about 10 ms) a process can come to be one only by another account
+      exec'ing the user's setuid file (that account's act, at a moment the
+      user does not choose), by a program of root's or of another account
+      setting its own uids so, or by a process the user started herself
+      exec'ing another account's setuid program that moves her uid to its
+      saved one (it was hers when the scan looked); those a kill(-1) in
+      that window reaches. Those rounds are no match for a fork loop of
+      which a scan sees no process (each gone before the scan reads it,
+      and no other process of its group alive: its pid moves faster than
+      a scan, and its group is never learnt): it outlives them unseen, and
+      the kill ends done or bound all the same; one_by_one in the record
+      says the rounds were of that kind;
     * each kill(-1) round sends one signal, SIGKILL, and nothing
       else. The kernel walks its task list for kill(-1) under tasklist_lock,
       which fork needs for writing, and fork refuses a child to a process
@@ -488,7 +544,7 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
     if x == uid or not system.UID_MAX_REAL - KILL_SLOTS < x <= system.UID_MAX_REAL:
         return Killed("failed", 0, [], [], "uid X %r is not a kill slot's, or is the user's" % (x,), {}, [], 0)
     groups = os.getgroups()
-    xs, seen, monitors, others = _scan(uid, user, x)
+    xs, seen, monitors, others, whole = _scan(uid, user, x)
     if xs:
         return Killed("refused", 0, [], [], "a process of uid %d runs" % x, {}, others, 0)
     seen = [entry for entry in seen if entry not in monitors]
@@ -510,25 +566,18 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
             rounds += 1
             if others:
                 one_by_one += 1
-                why = _signal_each(uid, x, seen)
-                if why:
-                    return end("failed", why=why)
+                why = _signal_each(uid, x, seen, whole)
             else:
-                os.setresuid(-1, uid, -1)
-                if os.getresuid() != (x, uid, 0):
-                    return end("failed", why="the sender's uids are %r" % (os.getresuid(),))
-                try:
-                    os.kill(-1, signal.SIGKILL)
-                except OSError:
-                    pass
-                os.setresuid(-1, 0, -1)
+                why = _as_user(uid, x, lambda: os.kill(-1, signal.SIGKILL))
+            if why:
+                return end("failed", why=why)
             # Wait a little for those seen to die, then look at everything again.
             for wait in range(1, 21):
                 seen = [entry for entry in seen if (_live(entry.split("(", 1)[0], uid, user) or (0,))[0] == 1]
                 if not seen:
                     break
                 time.sleep(0.0005 * wait)
-            _, left, _, others = _scan(uid, user, x)
+            _, left, _, others, whole = _scan(uid, user, x)
             spared += [entry for entry in others if entry not in told]
             told.update(others)
             real = [entry for entry in left if not entry.endswith("(sshd: %s [pre-auth])" % user)]
@@ -572,7 +621,7 @@ def would_kill(uid, user):
     classified as it classifies them. A Killed whose outcome is would."""
     if not isinstance(uid, int) or not 1 <= uid <= system.UID_MAX_REAL:
         return Killed("failed", 0, [], [], "uid %r is not one from 1 to 4294967294" % (uid,), {}, [], 0)
-    _, seen, monitors, others = _scan(uid, user, None)
+    _, seen, monitors, others, _ = _scan(uid, user, None)
     seen = [entry for entry in seen if entry not in monitors]
     return Killed("would", 0, seen, [], "", _in_jobs(seen, uid), others, 0)
 
@@ -695,9 +744,9 @@ def kill(ctx):
         # the user made setuid to herself: not hers, and kill(-1) would reach it
         ctx.log("warning", "left alone the processes whose saved uid is %d but real uid another's (a program of "
                 "the user's, setuid to her, run by another account): %s; %s" % (
-                    uid, some(result.spared), "the user's would be signalled one by one"
-                    if result.outcome == "would" else "the user's were signalled one by one in %d round(s)"
-                    % result.one_by_one))
+                    uid, some(result.spared), "the user's would be signalled by group and one by one, with no "
+                    "kill(-1)" if result.outcome == "would" else "the user's were signalled by group and one by one, "
+                    "with no kill(-1), in %d round(s)" % result.one_by_one))
     if resumed:
         ctx.log("info", "resumed the stopped parents of killed processes of uid %d (su, runuser): %s"
                 % (uid, some(resumed)))
