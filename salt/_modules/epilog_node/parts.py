@@ -443,7 +443,8 @@ def _signal_each(uid, x, targets, groups):
     process, or it is gone and the signal fails), then the signal sent
     through the pidfd: no pid reused meanwhile can be reached. Where there
     is no pidfd (pidfd_calls), by pid, right after the read: a pid reused
-    in between reaches only what kill(-1) would. Each is sent from
+    in between (or a group's id a new group took since the scan) reaches
+    only what kill(-1) would. Each is sent from
     effective uid UID (real X, saved 0, checked before each). Returns
     None, or why it stopped (its uids were not those)."""
     for pgid in sorted(set(groups.values())):

@@ -15,10 +15,10 @@ of its own that a part's timeout ends as a whole (the next part then gets a
 new worker); each hands its log lines and its facts back on a pipe. A site's
 part is exec'd in a group of its own, with nothing of the runner's open. When
 no process can be forked (the user's processes hold every pid), the parts
-that need none (IN_PROCESS: 39's revoke, 40's kill) run in the runner
-itself, the fork is tried again once the kill has freed pids, and each part
-that still gets no process is recorded as not run ("no free pid"). The runner
-writes the log, the decision record and the metrics, all from the same
+that need none (IN_PROCESS: 39's revoke, 40's kill, the prolog's 50) run in
+the runner itself, the fork is tried again once the kill has freed pids, and
+each part that still gets no process is recorded as not run ("no free
+pid"). The runner writes the log, the decision record and the metrics, all from the same
 decisions. In explain mode (epilog.explain) it decides everything a job end
 with these facts would decide, from the same code, and runs, writes, locks
 and logs nothing.
