@@ -743,11 +743,11 @@ def kill(ctx):
     if result.spared:
         # another account's (a job's, an operator's, root's) run of a program
         # the user made setuid to herself: not hers, and kill(-1) would reach it
+        how = "; the user's would be signalled by group and one by one, with no kill(-1)" \
+            if result.outcome == "would" else "; the user's were signalled by group and one by one, with no " \
+            "kill(-1), in %d round(s)" % result.one_by_one if result.one_by_one else ""
         ctx.log("warning", "left alone the processes whose saved uid is %d but real uid another's (a program of "
-                "the user's, setuid to her, run by another account): %s; %s" % (
-                    uid, some(result.spared), "the user's would be signalled by group and one by one, with no "
-                    "kill(-1)" if result.outcome == "would" else "the user's were signalled by group and one by one, "
-                    "with no kill(-1), in %d round(s)" % result.one_by_one))
+                "the user's, setuid to her, run by another account): %s%s" % (uid, some(result.spared), how))
     if resumed:
         ctx.log("info", "resumed the stopped parents of killed processes of uid %d (su, runuser): %s"
                 % (uid, some(resumed)))
