@@ -14,6 +14,9 @@
  *   fighter threads   let the main thread exit while another runs on: /proc
  *                     then shows the process as a zombie (State Z) that is
  *                     alive all the same.
+ *   fighter fill      fork children that wait for ever until a fork is
+ *                     refused (the node's pids, or its pids cgroup's, are
+ *                     used up), then take each pid that frees, as it frees.
  *   fighter reap CMD  run CMD as a child, as a subreaper that reaps every
  *                     orphan of it, as a node's init would (this machine's
  *                     PID 1 never reaps: a fork loop's dead parents would
@@ -112,6 +115,27 @@ static int hold_lock(const char *path)
         pause();
 }
 
+static int fill(void)
+{
+    for (;;) {
+        pid_t child = fork();
+        if (child == 0)
+            for (;;)
+                pause();
+        if (child < 0)
+            break;
+    }
+    ready();
+    fclose(stdout);
+    for (;;) {
+        if (fork() == 0)
+            for (;;)
+                pause();
+        usleep(1000);
+    }
+    return 0;
+}
+
 static int reap(char **argv)
 {
     prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -148,6 +172,8 @@ int main(int argc, char **argv)
         return snipe(argc >= 3 ? atoi(argv[2]) : 1);
     if (argc >= 3 && strcmp(argv[1], "reap") == 0)
         return reap(argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "fill") == 0)
+        return fill();
     if (argc >= 2 && strcmp(argv[1], "forkloop") == 0)
         return forkloop();
     if (argc >= 3 && strcmp(argv[1], "rename") == 0)
@@ -156,6 +182,6 @@ int main(int argc, char **argv)
         return hold_lock(argv[2]);
     if (argc >= 2 && strcmp(argv[1], "threads") == 0)
         return threads();
-    fprintf(stderr, "usage: fighter snipe [N]|forkloop|rename NAME|flock FILE|threads|reap CMD...\n");
+    fprintf(stderr, "usage: fighter snipe [N]|forkloop|fill|rename NAME|flock FILE|threads|reap CMD...\n");
     return 2;
 }

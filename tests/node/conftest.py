@@ -13,7 +13,20 @@ from pathlib import Path
 import pytest
 
 from tests import sweep_scenarios as sc
-from tests.helpers import CURRENT, Chain, live_spool, private_tmp_namespace, require_tools
+from tests.helpers import (
+    CURRENT,
+    Chain,
+    as_user,
+    end,
+    ids_of,
+    live_spool,
+    private_tmp_namespace,
+    process_uids,
+    require,
+    require_tools,
+    spawn_as,
+    wait_for,
+)
 from tests.release import DEFAULTS, lay_down
 
 
@@ -120,3 +133,33 @@ def sweeper(chain):
     log = chain.log_file.parent / "sweep-log" / "sweep.log"
     log.parent.mkdir(exist_ok=True)
     return Sweeper(chain.release, log, DEFAULTS["scratch_patterns"])
+
+
+@pytest.fixture
+def her_setuid_runs(accounts):
+    """alice's copy of sleep, made setuid to her by herself (chmod u+s on
+    her own file, in a directory on a file system without nosuid), run by
+    alicex (another account; a test gives him a job), by je.kim (an
+    operator) and by root: {runner: Popen}, each process of its runner's
+    real uid and her saved uid."""
+    home = Path(tempfile.mkdtemp(prefix="epilog-setuid-", dir="/var/tmp"))
+    runs = {}
+    try:
+        os.chmod(home, 0o755)
+        require(not os.statvfs(home).f_flag & os.ST_NOSUID, "/var/tmp is on a file system mounted nosuid")
+        program = home / "hersleep"
+        shutil.copy("/usr/bin/sleep", program)
+        os.chown(program, *ids_of("alice"))
+        subprocess.run([*as_user("alice"), "chmod", "u+s", str(program)], check=True)
+        runs.update((user, spawn_as(user, str(program), "600")) for user in ("alicex", "je.kim"))
+        runs["root"] = subprocess.Popen([str(program), "600"], stdin=subprocess.DEVNULL, start_new_session=True)
+        her = ids_of("alice")[0]
+        for user, proc in runs.items():
+            real = 0 if user == "root" else ids_of(user)[0]
+            wait_for(lambda p=proc, r=real: process_uids(p.pid) == (r, her, her), 5,
+                     what=f"{user}'s run of alice's setuid program")
+        yield runs
+    finally:
+        for proc in runs.values():
+            end(proc)
+        shutil.rmtree(home, ignore_errors=True)

@@ -8,7 +8,19 @@ resumed, reaps its child and exits."""
 import subprocess
 from pathlib import Path
 
-from tests.helpers import as_user, end, hostile, kill_all_of, live_processes_of, slurmd_env, uid_of, wait_for
+from tests.helpers import (
+    as_user,
+    end,
+    hostile,
+    kill_all_of,
+    killed,
+    live_processes_of,
+    process_uids,
+    slurmd_env,
+    stray,
+    uid_of,
+    wait_for,
+)
 
 ALICE = "alice"
 
@@ -63,4 +75,35 @@ def test_a_su_the_user_stopped_is_resumed_and_ends(chain, accounts):
             in log, log
     finally:
         end(su)
+        kill_all_of(ALICE)
+
+
+def test_her_setuid_program_run_by_others_outlives_her_last_job_end(chain, cbin, her_setuid_runs):
+    """kill(-1) as alice would reach every process whose real or saved uid
+    is hers: alicex's, je.kim's and root's runs of her setuid copy of sleep
+    too. Her last job end kills her stray and her fork loop (started by a
+    script in a session of its own: the group is signalled whole, as
+    kill(-1) would reach it) and leaves those three alone, and the record
+    and the log say so."""
+    victim = stray(ALICE)
+    loop, line = hostile(ALICE, "setsid", "bash", "-c", f"{cbin / 'fighter'} forkloop & exec sleep 600",
+                         reaper=cbin / "fighter")
+    try:
+        assert line == "ready"
+        mark = len(chain.log_text())
+        ret = chain.run(chain.conf_dir / "epilog.sh", slurmd_env(ALICE, SLURM_CONF="/nonexistent/slurm.conf"))
+        assert ret.returncode == 0, ret
+        assert killed(victim), chain.log_text()[mark:]
+        assert loop.wait(timeout=20) == 0  # the subreaper: nothing of the loop left
+        assert all(process_uids(proc.pid) for proc in her_setuid_runs.values()), chain.log_text()[mark:]
+        fact = next(part for part in chain.records()[-1]["parts"]
+                    if part["part"] == "40-lastuserjob-processes")["facts"]["kill"]
+        assert fact["outcome"] == "done" and fact["saved_only"] == 3 and fact["one_by_one"] >= 1, fact
+        assert sorted(fact["saved_only_first"]) == sorted(
+            f"{proc.pid}(hersleep) uid {0 if user == 'root' else uid_of(user)}" for user, proc in her_setuid_runs.items())
+        log = chain.log_text()[mark:]
+        assert f"left alone the processes whose saved uid is {uid_of(ALICE)} but real uid another's" in log, log
+    finally:
+        end(victim)
+        end(loop)
         kill_all_of(ALICE)

@@ -7,10 +7,25 @@ import socket
 import stat
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from tests.helpers import end, killed, owned_file, require_tools, slurmd_env, still_running, stray, uid_of
+from tests.helpers import (
+    end,
+    hostile,
+    kill_all_of,
+    killed,
+    live_processes_of,
+    owned_file,
+    require,
+    require_tools,
+    slurmd_env,
+    still_running,
+    stray,
+    uid_of,
+    wait_for,
+)
 from tests.node.conftest import add_part
 
 
@@ -308,3 +323,73 @@ def test_when_the_allow_file_does_not_govern_ssh_the_chain_never_edits_it(own_ch
     last = c.records()[-1]
     assert {p["part"]: (p["ran"], p.get("why")) for p in last["parts"]}["39-lastuserjob-ssh"] == \
         (False, "epilog:ssh_access"), last
+
+
+def pids_cgroup(name):
+    """A pids cgroup of the test's own: cgroup v1's pids hierarchy, or
+    cgroup v2's root with the pids controller on for its children."""
+    v1 = Path("/sys/fs/cgroup/pids")
+    if (v1 / "cgroup.procs").exists():
+        parent = v1
+    else:
+        parent = next((Path(line.split()[4]) for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                       if " - cgroup2 " in line), None)
+        require(parent is not None and "pids" in (parent / "cgroup.controllers").read_text().split(),
+                "a pids cgroup controller (v1, or v2's) to use the pids up for real")
+        (parent / "cgroup.subtree_control").write_text("+pids")
+    group = parent / name
+    group.mkdir()
+    return group
+
+
+def test_a_chain_with_no_free_pid_still_revokes_kills_and_records(own_chain, cbin, accounts):
+    """alice's processes hold every pid the chain may have: its pids cgroup
+    (the kernel's own limit, pids.max, as pid_max or threads-max would be
+    for the whole node; RLIMIT_NPROC would not do, root is above it) is
+    full of them, a subreaper of root's reaping them as a node's init
+    would. The runner, moved in past the limit as slurmd's child would be
+    there, cannot fork its worker, nor the site's part 10: it runs 39 and
+    40 itself (her line revoked, her processes killed), writes her job's
+    mark done and the record, and 42, after the kill freed pids, runs in a
+    worker of its own; the record names part 10 as not run, "no free pid",
+    and 39 and 40 as run in the runner. It exits 0."""
+    c = own_chain()
+    trail = c.conf_dir.parent / "site-part-ran"
+    add_part(c, "10-site", f"touch {trail}")
+    c.allow_file.write_text("bob\nalice\n")
+    c.run_dir.mkdir(mode=0o700, exist_ok=True)
+    mark = c.run_dir / f"{uid_of('alice')}.4242"
+    mark.write_text(f"running {int(time.time())}\n")
+    residue = owned_file("alice")
+    group = pids_cgroup(f"epilog-test-nofork-{os.getpid()}")
+    enter = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group)]
+    filler = None
+    try:
+        (group / "pids.max").write_text("24")
+        filler, line = hostile("alice", str(cbin / "fighter"), "fill", prefix=enter, reaper=cbin / "fighter")
+        assert line == "ready"
+        assert int((group / "pids.current").read_text()) == 24
+        ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("alice", SLURM_CONF="/nonexistent/slurm.conf"),
+                    prefix=enter)
+        assert ret.returncode == 0, ret
+        log = c.log_text()
+        assert not live_processes_of(uid_of("alice")), log
+        assert c.allow_file.read_text() == "bob\n", log
+        assert mark.read_text() == "done\n"
+        assert not residue.exists(), "42 runs once the kill freed pids"
+        assert not trail.exists()
+        parts = {part["part"]: part for part in c.records()[-1]["parts"]}
+        assert parts["10-site"] == {"part": "10-site", "ran": False, "why": "no free pid"}, parts
+        for name in ("39-lastuserjob-ssh", "40-lastuserjob-processes"):
+            assert parts[name]["ran"] and parts[name]["facts"]["ran_in_runner"] == "no free pid", parts[name]
+        assert parts["40-lastuserjob-processes"]["facts"]["kill"]["outcome"] == "done", parts
+        assert parts["42-lastuserjob-cleanup"]["ran"] and "ran_in_runner" not in parts["42-lastuserjob-cleanup"]["facts"]
+        assert "no process of its own for 40-lastuserjob-processes (no free pid): it runs in the runner itself" in log
+        assert filler.wait(timeout=10) == 0  # the subreaper: nothing of hers left to reap
+    finally:
+        if filler is not None:
+            end(filler)
+        kill_all_of("alice")
+        residue.unlink(missing_ok=True)
+        wait_for(lambda: int((group / "pids.current").read_text()) == 0, 10, what="the test's cgroup to empty")
+        group.rmdir()

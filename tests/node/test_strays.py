@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.helpers import HOST, end, kill_all_of, spawn_as, still_running, stray, uid_of, wait_for
+from tests.helpers import HOST, end, kill_all_of, killed, process_uids, spawn_as, still_running, stray, uid_of, wait_for
 
 PYTHON = "/usr/bin/python3"
 CODE = ("import sys; sys.path.insert(0, sys.argv[1]); from epilog_node import strays; "
@@ -126,3 +126,25 @@ def test_a_failed_lookup_is_never_a_licence_to_kill(own_chain, processes, accoun
     finally:
         for proc in (nobody, orphan):
             end(proc)
+
+
+def test_her_setuid_program_run_by_others_is_not_hers_to_kill(own_chain, her_setuid_runs):
+    """The look counts alicex's, je.kim's and root's runs of alice's
+    setuid program under their real owners (a job, an operator, root:
+    kept); kill=True kills her stray and leaves those three alone, as her
+    last job end does, and the report and the record count them."""
+    chain = own_chain()
+    mark_running(chain, "alicex")
+    victim = stray("alice")
+    try:
+        users = told(look(chain, kill=True))
+        assert users["alicex"]["answer"] == "job", users
+        assert users["alice"]["processes"] == 1 and users["alice"]["kill"]["outcome"] == "done", users
+        assert users["alice"]["kill"]["saved_only"] == 3, users
+        assert killed(victim)
+        assert all(process_uids(proc.pid) for proc in her_setuid_runs.values())
+        record = [rec for rec in chain.records() if rec["stage"] == "strays"][-1]
+        assert {u["user"]: u["saved_only"] for u in record["strays"]["users"]}["alice"] == 3, record
+    finally:
+        end(victim)
+        kill_all_of("alice")

@@ -217,8 +217,11 @@ def grant_ssh(ctx):
 # -- 40: the kill -----------------------------------------------------------------
 # outcome: done, bound, refused or failed; rounds; signalled: "pid(name)" of
 # what it saw before the first round; left: what survived (bound); why:
-# refused or failed, in words.
-Killed = system.fields("Killed", "outcome rounds signalled left why jobs")
+# refused or failed, in words; spared: "pid(name) uid R" of the processes
+# whose saved uid is the user's and real uid R another's, left alone;
+# one_by_one: the rounds that signalled each process on its own (some such
+# process lived).
+Killed = system.fields("Killed", "outcome rounds signalled left why jobs spared one_by_one")
 # A login at its password prompt keeps the rounds going for the first
 # PATIENCE rounds only.
 ROUNDS, SECONDS, PATIENCE = 50, 5, 30
@@ -231,6 +234,11 @@ KILL_SLOTS = 16
 # The processes whose cgroup the record reads before the first round: the
 # read costs as much as the scan's own, and a fork loop gains that time.
 CLASSIFY_MAX = 1000
+# pidfd_open and pidfd_send_signal, by machine: the numbers every
+# architecture's table shares since Linux 5.1 (alpha's and ia64's differ:
+# those signal by pid)
+PIDFD_SYSCALLS = {machine: (434, 424) for machine in ("x86_64", "i686", "aarch64", "armv7l", "ppc64le", "ppc64",
+                                                      "s390x", "riscv64", "loongarch64")}
 
 
 def some(found):
@@ -239,24 +247,75 @@ def some(found):
     return str(n) + ((" " + " ".join(found[:20]) + (" ..." if n > 20 else "")) if n else "")
 
 
-def _live(pid, uid, user, x=None):
-    """(1, name) when PID is a live process whose real or saved uid is UID;
-    (2, title) when it is root's sshd monitor of a login of USER still in
-    progress; (3, title) when that login is still at its password prompt;
-    (4, name) when its real or saved uid is X; else None. A zombie is dead,
-    unless its other threads still run."""
-    fields = system.status(pid)
+def owner_of(uids, uid, x=None):
+    """Whose a process whose uids are UIDS (real, effective, saved) is, to a
+    kill of UID's processes sent from a process of real uid X, effective
+    UID: "x" when its real or saved uid is X; "user" when its real uid is
+    UID (the user's, as epilog.strays tells processes apart); "saved" when
+    its saved uid is UID and its real uid another's (another account, an
+    operator or root running a program the user made setuid to herself):
+    kill(-1) from the sender would reach it (the kernel lets a signal reach
+    every process whose real or saved uid is the sender's real or
+    effective uid), and it is not the user's; None otherwise (an effective
+    uid of UID alone is out of the sender's reach)."""
+    real, _, saved = uids
+    if x is not None and x in (real, saved):
+        return "x"
+    if real == uid:
+        return "user"
+    if saved == uid:
+        return "saved"
+    return None
+
+
+def whole_groups(mine, others):
+    """The process groups a round may signal whole when kill(-1) may not
+    be sent: the pgids of MINE ([(pgid, sid)] of the user's processes)
+    whose session holds no process of OTHERS (the sessions of every other
+    live process the scan read). Only a process of that session can join
+    one of its groups (setpgid), and a child is born in its parent's: a
+    process of another real uid can come into it only by one of hers
+    exec'ing another account's setuid program that moves its real uid
+    away. A signal to the group reaches each of its members at once, a
+    fork loop's children too (as kill(-1) does), and no other process; a
+    pgid or sid not known (0, before Linux 4.1) is no group."""
+    return {pgid for pgid, sid in mine if pgid > 0 and sid > 0 and sid not in others}
+
+
+def _ids(fields):
+    """(pgid, sid) of a status, as this pid namespace numbers them; 0 when
+    not told."""
+    out = []
+    for key in ("NSpgid", "NSsid"):
+        value = (fields.get(key) or "").split()
+        out.append(int(value[0]) if value and system.digits(value[0]) else 0)
+    return tuple(out)
+
+
+def _live(pid, uid, user, x=None, fields=None):
+    """(1, name) when PID is a live process whose real uid is UID; (5,
+    name, R) when its saved uid is UID and its real uid R another's
+    (owner_of's "saved"); (2, title) when it is root's sshd monitor of a
+    login of USER still in progress; (3, title) when that login is still
+    at its password prompt; (4, name) when its real or saved uid is X;
+    else None. A zombie is dead, unless its other threads still run. Names
+    are as system.show() writes them. FIELDS: its status, when read."""
+    if fields is None:
+        fields = system.status(pid)
     if not system.alive(fields):
         return None
     uids = system.uids_of(fields)
     if uids is None:
         return None
-    real, effective, saved = uids
-    name = fields.get("Name", "?")
-    if x is not None and x in (real, saved):
+    real, effective, _ = uids
+    name = system.show(fields.get("Name", "?"))
+    owner = owner_of(uids, uid, x)
+    if owner == "x":
         return 4, name
-    if real == uid or saved == uid:
+    if owner == "user":
         return 1, name
+    if owner == "saved":
+        return 5, name, real
     if real == 0 and effective == 0 and name.startswith("sshd"):
         title = system.cmdline(pid, 256)
         for head in (b"sshd: ", b"sshd-session: "):
@@ -286,12 +345,17 @@ def _live(pid, uid, user, x=None):
 
 def _scan(uid, user, x):
     """(whether X runs any process, "pid(name)" of the live processes of UID
-    and the sshd monitors of USER's logins, those of the monitors alone: told
-    by what _live found, root's sshd, never by a name, which a process of
-    UID can give itself). /proc/PID belongs to the
-    process's effective uid: only those of UID or X, and root's with an
-    executable (no kernel threads), cost a read of their status."""
-    xs, found, monitors, me = False, [], [], os.getpid()
+    (real uid) and the sshd monitors of USER's logins, those of the
+    monitors alone: told by what _live found, root's sshd, never by a
+    name, which a process of UID can give itself; "pid(name) uid R" of the
+    processes whose saved uid is UID and real uid R another's; {"pid(name)":
+    pgid} of the processes of UID whose group whole_groups() lets a round
+    signal whole). Every process costs a read of its status (its saved uid
+    is nowhere else, and a process running the user's setuid program may
+    have given its effective uid, which names /proc/PID, back to its real
+    owner), but root's without an executable (kernel threads)."""
+    xs, found, monitors, others, me = False, [], [], [], os.getpid()
+    mine, sessions = {}, {_ids(system.status(me) or {})[1]}
     for pid in system.pids():
         if int(pid) == me:
             continue
@@ -304,31 +368,132 @@ def _scan(uid, user, x):
             if system.alive(system.status(pid)):
                 xs = True
             continue
-        if owner != uid:
-            if owner != 0:
-                continue
+        if owner == 0:
             try:
                 os.readlink("/proc/%s/exe" % pid)
             except OSError:
                 continue
-        seen = _live(pid, uid, user, x)
+        fields = system.status(pid)
+        seen = _live(pid, uid, user, x, fields)
+        if seen and seen[0] == 1:
+            found.append("%s(%s)" % (pid, seen[1]))
+            mine[found[-1]] = _ids(fields)
+            continue
+        if system.alive(fields):
+            sessions.add(_ids(fields)[1])
         if seen and seen[0] == 4:
             xs = True
+        elif seen and seen[0] == 5:
+            others.append("%s(%s) uid %d" % (pid, seen[1], seen[2]))
         elif seen:
             found.append("%s(%s)" % (pid, seen[1]))
-            if seen[0] in (2, 3):
-                monitors.append(found[-1])
-    return xs, found, monitors
+            monitors.append(found[-1])
+    whole = whole_groups(mine.values(), sessions)
+    return xs, found, monitors, others, {entry: ids[0] for entry, ids in mine.items() if ids[0] in whole}
+
+
+_pidfd = []  # [(open, send)] or [None], once looked for
+
+
+def pidfd_calls():
+    """(open(pid) -> descriptor or -errno, send(descriptor, signal) -> 0 or
+    -errno): pidfd_open and pidfd_send_signal through libc's syscall() (no
+    python before 3.9 has them), or None where this machine's numbers are
+    not known or the kernel has no pidfd_open (before 5.3)."""
+    if _pidfd:
+        return _pidfd[0]
+    calls = None
+    numbers = PIDFD_SYSCALLS.get(os.uname().machine)
+    try:
+        import ctypes  # pylint: disable=import-outside-toplevel - only a round that signals one by one needs it
+
+        syscall = ctypes.CDLL(None, use_errno=True).syscall
+        syscall.restype = ctypes.c_long
+    except (ImportError, OSError, AttributeError):
+        numbers = None
+    if numbers:
+        def open_(pid):
+            fd = syscall(ctypes.c_long(numbers[0]), ctypes.c_int(pid), ctypes.c_uint(0))
+            return fd if fd >= 0 else -ctypes.get_errno()
+
+        def send(fd, sig):
+            done = syscall(ctypes.c_long(numbers[1]), ctypes.c_int(fd), ctypes.c_int(sig), None, ctypes.c_uint(0))
+            return 0 if done == 0 else -ctypes.get_errno()
+
+        probe = open_(os.getpid())
+        if probe >= 0:
+            os.close(probe)
+            calls = (open_, send)
+    _pidfd.append(calls)
+    return calls
+
+
+def _as_user(uid, x, send):
+    """SEND() from effective uid UID (real X, saved 0, read back first),
+    then root again: None, or why nothing was sent."""
+    os.setresuid(-1, uid, -1)
+    try:
+        if os.getresuid() != (x, uid, 0):
+            return "the sender's uids are %r" % (os.getresuid(),)
+        try:
+            send()
+        except OSError:
+            pass
+        return None
+    finally:
+        os.setresuid(-1, 0, -1)
+
+
+def _signal_each(uid, x, targets, groups):
+    """SIGKILL to TARGETS ("pid(name)"), with no kill(-1): first to each
+    process group of GROUPS ({"pid(name)": pgid}: whole_groups), whole,
+    then to each other target that is still a live process of real uid
+    UID, one at a time: its pidfd opened first (as root), then its status
+    read through /proc (while the pidfd is open, /proc/PID is that very
+    process, or it is gone and the signal fails), then the signal sent
+    through the pidfd: no pid reused meanwhile can be reached. Where there
+    is no pidfd (pidfd_calls), by pid, right after the read: a pid reused
+    in between (or a group's id a new group took since the scan) reaches
+    only what kill(-1) would. Each is sent from
+    effective uid UID (real X, saved 0, checked before each). Returns
+    None, or why it stopped (its uids were not those)."""
+    for pgid in sorted(set(groups.values())):
+        why = _as_user(uid, x, lambda pgid=pgid: os.killpg(pgid, signal.SIGKILL))
+        if why:
+            return why
+    calls = None
+    for entry in targets:
+        if entry in groups:
+            continue
+        pid = int(entry.split("(", 1)[0])
+        if calls is None:
+            calls = pidfd_calls() or ()
+        fd = calls[0](pid) if calls else None
+        if fd is not None and fd < 0:
+            continue  # gone
+        try:
+            fields = system.status(pid)
+            if not system.alive(fields) or (system.uids_of(fields) or (None,))[0] != uid:
+                continue
+            why = _as_user(uid, x, (lambda fd=fd, send=calls[1]: send(fd, signal.SIGKILL)) if fd is not None
+                           else (lambda pid=pid: os.kill(pid, signal.SIGKILL)))
+            if why:
+                return why
+        finally:
+            if fd is not None:
+                os.close(fd)
+    return None
 
 
 def kill_uid(uid, user, until=None, x=None, rounds_max=None):
-    """Kill every process of UID, from this very process, which must be one
-    of its own (its uids change; the runner ends the worker that ran it, so
-    nothing the user could do to it while it acted as UID, a renice or a CPU
-    mask, lasts into another part). The signals come from a process that
-    holds real uid X (a uid no process runs as), saved uid 0 and effective
-    uid UID, without ever exec'ing (execve would copy the effective uid into
-    the saved one):
+    """Kill every process of UID (its real uid, as epilog.strays tells
+    them), from this very process, which must be one of its own (its uids
+    change; the runner ends the worker that ran it, or resets its own
+    scheduling when it ran in the runner, so nothing the user could do to
+    it while it acted as UID, a renice or a CPU mask, lasts into another
+    part). The signals come from a process that holds real uid X (a uid no
+    process runs as), saved uid 0 and effective uid UID, without ever
+    exec'ing (execve would copy the effective uid into the saved one):
 
     * the user cannot signal or trace it into silence: their uid is none of
       its real and saved uids (and it is not dumpable);
@@ -337,7 +502,29 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
       or saved uid (checked first), and of the part 40s of the node (two
       users' job ends at once) each holds an X of its own (kill()'s slot):
       one X would let each reach the other;
-    * each round sends one signal, SIGKILL, through kill(-1), and nothing
+    * a process whose saved uid is UID and real uid another's (owner_of's
+      "saved": another account, an operator or root running a copy of a
+      program the user made setuid to herself) is not hers, and kill(-1)
+      would reach it. Each round's scan (the one just before it) lists
+      them: while one lives, the round sends no kill(-1) (_signal_each):
+      it signals whole each process group of the user's whose session
+      holds no other process (whole_groups: a fork loop that stays in its
+      group dies as under kill(-1)), then each other process of hers on
+      its own, through a pidfd; they are reported (spared) and left alone.
+      Between that scan and a kill(-1) (the wait of one round, at most
+      about 10 ms) a process can come to be one only by another account
+      exec'ing the user's setuid file (that account's act, at a moment the
+      user does not choose), by a program of root's or of another account
+      setting its own uids so, or by a process the user started herself
+      exec'ing another account's setuid program that moves her uid to its
+      saved one (it was hers when the scan looked); those a kill(-1) in
+      that window reaches. Those rounds are no match for a fork loop of
+      which a scan sees no process (each gone before the scan reads it,
+      and no other process of its group alive: its pid moves faster than
+      a scan, and its group is never learnt): it outlives them unseen, and
+      the kill ends done or bound all the same; one_by_one in the record
+      says the rounds were of that kind;
+    * each kill(-1) round sends one signal, SIGKILL, and nothing
       else. The kernel walks its task list for kill(-1) under tasklist_lock,
       which fork needs for writing, and fork refuses a child to a process
       with a fatal signal pending: a fork loop has no child the walk misses,
@@ -356,62 +543,65 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
       prompt, which anybody can hold open, only for the first 30 rounds).
       The bound ends at UNTIL (a time.monotonic()) when that is sooner.
 
-    Before each round it reads its uids back from the kernel and sends
+    Before each signal it reads its uids back from the kernel and sends
     nothing unless they are exactly effective UID, real X, saved 0. Returns
     a Killed, whose jobs maps each process first seen (the first
     CLASSIFY_MAX of them) that is in a Slurm job's cgroup to its job; the
     process is root again when it returns."""
     if not isinstance(uid, int) or not 1 <= uid <= system.UID_MAX_REAL:
-        return Killed("failed", 0, [], [], "uid %r is not one from 1 to 4294967294" % (uid,), {})
+        return Killed("failed", 0, [], [], "uid %r is not one from 1 to 4294967294" % (uid,), {}, [], 0)
     if x is None:
         x = 4294967293 if uid == 4294967294 else 4294967294
     if x == uid or not system.UID_MAX_REAL - KILL_SLOTS < x <= system.UID_MAX_REAL:
-        return Killed("failed", 0, [], [], "uid X %r is not a kill slot's, or is the user's" % (x,), {})
+        return Killed("failed", 0, [], [], "uid X %r is not a kill slot's, or is the user's" % (x,), {}, [], 0)
     groups = os.getgroups()
-    xs, seen, monitors = _scan(uid, user, x)
+    xs, seen, monitors, others, whole = _scan(uid, user, x)
     if xs:
-        return Killed("refused", 0, [], [], "a process of uid %d runs" % x, {})
+        return Killed("refused", 0, [], [], "a process of uid %d runs" % x, {}, others, 0)
     seen = [entry for entry in seen if entry not in monitors]
-    signalled = list(seen)
+    signalled, spared, told = list(seen), list(others), set(others)
     jobs = _in_jobs(seen, uid)
     deadline = time.monotonic() + SECONDS
     if until is not None:
         deadline = min(deadline, until)
-    rounds = 0
+    rounds = one_by_one = 0
+
+    def end(outcome, left=(), why=""):
+        return Killed(outcome, rounds, signalled, list(left), why, jobs, spared, one_by_one)
+
     try:
         os.setgroups([])
         os.setresgid(65534, 65534, 65534)
         os.setresuid(x, 0, 0)
         while True:
             rounds += 1
-            os.setresuid(-1, uid, -1)
-            if os.getresuid() != (x, uid, 0):
-                return Killed("failed", rounds, signalled, [], "the sender's uids are %r" % (os.getresuid(),), jobs)
-            try:
-                os.kill(-1, signal.SIGKILL)
-            except OSError:
-                pass
-            os.setresuid(-1, 0, -1)
+            if others:
+                one_by_one += 1
+                why = _signal_each(uid, x, seen, whole)
+            else:
+                why = _as_user(uid, x, lambda: os.kill(-1, signal.SIGKILL))
+            if why:
+                return end("failed", why=why)
             # Wait a little for those seen to die, then look at everything again.
             for wait in range(1, 21):
                 seen = [entry for entry in seen if (_live(entry.split("(", 1)[0], uid, user) or (0,))[0] == 1]
                 if not seen:
                     break
                 time.sleep(0.0005 * wait)
-            _, left, _ = _scan(uid, user, x)
+            _, left, _, others, whole = _scan(uid, user, x)
+            spared += [entry for entry in others if entry not in told]
+            told.update(others)
             real = [entry for entry in left if not entry.endswith("(sshd: %s [pre-auth])" % user)]
             if rounds >= PATIENCE:
                 left = real
             if not left:
-                return Killed("done", rounds, signalled, [], "", jobs)
+                return end("done")
             if rounds >= (rounds_max or ROUNDS) or time.monotonic() > deadline:
-                if not real:
-                    return Killed("done", rounds, signalled, [], "", jobs)
-                return Killed("bound", rounds, signalled, real, "", jobs)
+                return end("bound", real) if real else end("done")
             seen = left
             time.sleep(0.01)
     except OSError as exc:
-        return Killed("failed", rounds, signalled, [], "cannot act as uid %d: %s" % (uid, exc.strerror or exc), jobs)
+        return end("failed", why="cannot act as uid %d: %s" % (uid, exc.strerror or exc))
     finally:
         try:
             os.setresuid(0, 0, 0)
@@ -437,14 +627,14 @@ def _in_jobs(seen, uid):
 def would_kill(uid, user):
     """What kill_uid would signal now, with nothing signalled (observe
     mode): the very scan its first round starts from (every live process
-    whose real or saved uid is UID, root's sshd monitors of USER's logins
-    waited for, not signalled), classified as it classifies them. A Killed
-    whose outcome is would."""
+    whose real uid is UID, root's sshd monitors of USER's logins waited
+    for, not signalled; those whose saved uid alone is UID spared),
+    classified as it classifies them. A Killed whose outcome is would."""
     if not isinstance(uid, int) or not 1 <= uid <= system.UID_MAX_REAL:
-        return Killed("failed", 0, [], [], "uid %r is not one from 1 to 4294967294" % (uid,), {})
-    _, seen, monitors = _scan(uid, user, None)
+        return Killed("failed", 0, [], [], "uid %r is not one from 1 to 4294967294" % (uid,), {}, [], 0)
+    _, seen, monitors, others, _ = _scan(uid, user, None)
     seen = [entry for entry in seen if entry not in monitors]
-    return Killed("would", 0, seen, [], "", _in_jobs(seen, uid))
+    return Killed("would", 0, seen, [], "", _in_jobs(seen, uid), others, 0)
 
 
 def resume_parents(uid, pids):
@@ -535,7 +725,7 @@ def kill(ctx):
     passed over for the next; with no slot to be had, nothing is sent."""
     uid = ctx.act_uid
     result = Killed("refused", 0, [], [], "no kill slot was free (%s/%s*: each held by another part 40)"
-                    % (ctx.settings["run_dir"], KILL_LOCK), {})
+                    % (ctx.settings["run_dir"], KILL_LOCK), {}, [], 0)
     if observing(ctx.settings):
         result = would_kill(uid, ctx.user)
     for fd, x in kill_slots(ctx, uid) if result.outcome != "would" else ():
@@ -553,10 +743,21 @@ def kill(ctx):
     other = sorted("%s job %s" % (entry, job) for entry, job in result.jobs.items() if job != ctx.job)
     fact = {"outcome": result.outcome, "rounds": result.rounds, "signalled": len(result.signalled),
             "strays": classified - len(result.jobs), "in_job_cgroup": len(own), "in_other_job_cgroup": len(other),
-            "unclassified": len(result.signalled) - classified, "resumed": len(resumed)}
+            "unclassified": len(result.signalled) - classified, "resumed": len(resumed),
+            "saved_only": len(result.spared), "one_by_one": result.one_by_one}
+    if result.spared:
+        fact["saved_only_first"] = result.spared[:20]
     if result.outcome == "would":
         fact["would"] = True
     ctx.fact("kill", fact)
+    if result.spared:
+        # another account's (a job's, an operator's, root's) run of a program
+        # the user made setuid to herself: not hers, and kill(-1) would reach it
+        how = "; the user's would be signalled by group and one by one, with no kill(-1)" \
+            if result.outcome == "would" else "; the user's were signalled by group and one by one, with no " \
+            "kill(-1), in %d round(s)" % result.one_by_one if result.one_by_one else ""
+        ctx.log("warning", "left alone the processes whose saved uid is %d but real uid another's (a program of "
+                "the user's, setuid to her, run by another account): %s%s" % (uid, some(result.spared), how))
     if resumed:
         ctx.log("info", "resumed the stopped parents of killed processes of uid %d (su, runuser): %s"
                 % (uid, some(resumed)))
@@ -761,6 +962,11 @@ def sweep(ctx):
 # kill acts as the user for a moment, who could renice it or pin it to a CPU
 # meanwhile, and nothing of that may last into the next part
 ENDS_WORKER = ("40-lastuserjob-processes",)
+# the parts the runner runs in itself when it cannot fork a worker (the
+# user's processes hold every pid): they fork nothing, their own bounds end
+# them (the allow file's lock wait, the kill's rounds), and the kill frees
+# pids for the parts after it
+IN_PROCESS = ("39-lastuserjob-ssh", "40-lastuserjob-processes", "50-exclusive-ssh")
 
 
 def warm(settings):

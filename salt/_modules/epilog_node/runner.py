@@ -13,12 +13,17 @@ The formula's parts run in a worker, a process of the runner's own (a
 fork: no exec, no interpreter start), one after another, in a process group
 of its own that a part's timeout ends as a whole (the next part then gets a
 new worker); each hands its log lines and its facts back on a pipe. A site's
-part is exec'd in a group of its own, with nothing of the runner's open. The runner
-writes the log, the decision record and the metrics, all from the same
+part is exec'd in a group of its own, with nothing of the runner's open. When
+no process can be forked (the user's processes hold every pid), the parts
+that need none (IN_PROCESS: 39's revoke, 40's kill, the prolog's 50) run in
+the runner itself, the fork is tried again once the kill has freed pids, and
+each part that still gets no process is recorded as not run ("no free
+pid"). The runner writes the log, the decision record and the metrics, all from the same
 decisions. In explain mode (epilog.explain) it decides everything a job end
 with these facts would decide, from the same code, and runs, writes, locks
 and logs nothing.
 """
+import errno
 import os
 import select
 import sys
@@ -31,6 +36,42 @@ from .system import signal
 SETTINGS = "settings.json"
 # a part's own lines and facts, at most, on its pipe
 PIPE_BYTES = 1 << 20
+# how long a fork is tried again after a kill in the runner freed pids (the
+# killed are reaped by their parents, or init, meanwhile), at most
+FORK_PATIENCE = 1.0
+
+
+class NoFork(Exception):
+    """A part that needs a process of its own could not have one: the
+    message says why (no free pid)."""
+
+
+def fork_failure(exc):
+    """Why a fork (or the pipes before it) failed, in words: EAGAIN is the
+    node's pids used up (pid_max, threads-max, a pids cgroup's limit)."""
+    if getattr(exc, "errno", None) == errno.EAGAIN:
+        return "no free pid"
+    return "cannot fork: %s" % (getattr(exc, "strerror", None) or exc)
+
+
+def scheduling():
+    """What another uid's process may change of this one while it acts as
+    that uid (sched_setaffinity, setpriority and sched_setscheduler need
+    only its effective uid): its nice value, scheduling policy and CPU
+    mask, as a call that puts them back (as root), or None when they
+    cannot be read."""
+    try:
+        nice = os.getpriority(os.PRIO_PROCESS, 0)
+        policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+        cpus = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        return None
+
+    def restore():
+        os.sched_setscheduler(0, policy, param)
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+        os.sched_setaffinity(0, cpus)
+    return restore
 
 
 def load(release_dir):
@@ -98,6 +139,7 @@ class Run:
         self.records = []
         self._ending = []  # workers that ended, to reap
         self._worker_fds = set()  # the runner's ends of the worker's pipes
+        self._groups = os.getgroups()  # a worker's, and the runner's after a part in it, to be checked
 
     # -- the running Slurm ----------------------------------------------------------
     def slurm_dirs(self):
@@ -402,13 +444,23 @@ class Run:
         before it began the part (killed while it waited) is replaced, once.
         MORE: the formula has parts after this one; when NAME ends its
         worker (40), the next worker is forked while NAME runs, not after.
+        When no worker can be forked, NAME runs in the runner itself if it
+        can (run_here), else NoFork is raised.
         (exit status, 124 when it timed out; facts)."""
         deadline = time.monotonic() + seconds
         identity = None if self.identity is None else list(self.identity)
         command = (system.dumps([name, deadline - 1, act_uid, identity]) + "\n").encode("ascii")
         for _ in range(2):
             if self._worker is None:
-                self.start_worker(close)
+                # the patience a kill in the runner earned is spent on the next fork alone
+                patience, self._fork_patience = min(self._fork_patience, seconds / 2), 0.0
+                try:
+                    self.start_worker(close, patience=patience)
+                except OSError as exc:
+                    why = fork_failure(exc)
+                    if name not in parts.IN_PROCESS:
+                        raise NoFork(why) from exc
+                    return self.run_here(name, deadline, act_uid, why)
             try:
                 os.write(self._worker[1], command)
             except OSError:  # its end of the pipe is closed: it is gone
@@ -473,6 +525,44 @@ class Run:
 
     _worker = None
     _spare = None  # the next worker, started ahead (run_own's MORE)
+    _fork_patience = 0.0  # FORK_PATIENCE once a kill in the runner freed pids
+    unfit = None  # why the runner runs no part more (its own credentials)
+
+    def run_here(self, name, deadline, act_uid, why):
+        """Part NAME (one of parts.IN_PROCESS) in the runner itself, when no
+        worker could be forked (WHY), until DEADLINE, which nothing but the
+        part's own bounds enforces (39's lock wait, 40's rounds): its log
+        lines go to the log, its facts to the record, with ran_in_runner:
+        WHY. 40's kill acts as the user for a moment: its uids, groups and
+        anything the user could change meanwhile (scheduling()) are put
+        back, and the next fork is tried again for FORK_PATIENCE (the killed
+        free their pids once reaped; the forks after it are not). Were its
+        credentials not wholly root's again, no part runs after it. (exit
+        status, facts)."""
+        self.log.warning("no process of its own for %s (%s): it runs in the runner itself" % (name, why))
+        facts = {}
+        restore = scheduling()
+        ctx = Context(self, name, act_uid, deadline - 1, lambda level, text: self.log.line(level, text, source=name),
+                      facts.__setitem__)
+        code = 1
+        try:
+            parts.ACTIONS[name](ctx)
+            code = 0
+        except Exception as exc:  # noqa: BLE001 - the chain goes on, and the log says why
+            self.log.line("warning", "failed: %s: %s" % (type(exc).__name__, exc), source=name)
+        finally:
+            if name in parts.ENDS_WORKER:
+                try:
+                    if restore is not None:
+                        restore()
+                except OSError as exc:
+                    self.log.warning("cannot put the runner's scheduling back after %s: %s" % (name, exc))
+                if os.getresuid() != (0, 0, 0) or os.getresgid() != (0, 0, 0) or os.getgroups() != self._groups:
+                    self.unfit = "the runner's credentials are not root's alone after %s" % name
+                    self.log.warning(self.unfit)
+                self._fork_patience = FORK_PATIENCE
+        facts["ran_in_runner"] = why
+        return code, facts
 
     def _end_worker(self, kill=False, reap=False):
         """The end of the worker: its pipes closed (it reads the end of its
@@ -507,10 +597,21 @@ class Run:
                 self._reap(pid, max(0.0, until + 1 - time.monotonic()))
         self._ending = []
 
-    def start_worker(self, close=()):
+    def start_worker(self, close=(), patience=0.0):
         """The worker, started before it is needed (main starts it first
-        thing: it gets ready on another CPU while the runner decides)."""
-        self._worker = self._start_worker(close)
+        thing: it gets ready on another CPU while the runner decides). A
+        fork refused for want of a pid is tried again for PATIENCE seconds;
+        then the OSError is raised."""
+        until, pause = time.monotonic() + patience, 0.001
+        while True:
+            try:
+                self._worker = self._start_worker(close)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EAGAIN or time.monotonic() + pause > until:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def _start_worker(self, close, warm=False):
         """The process the formula's parts run in, one after another (a
@@ -524,7 +625,6 @@ class Run:
         write end, the reply pipe's read end)."""
         command_read, command_write = os.pipe()
         reply_read, reply_write = os.pipe()
-        self._groups = os.getgroups()
         try:
             pid = os.fork()
         except OSError:
@@ -652,7 +752,7 @@ class Run:
         with), as a shell would start it. Its exit status, 124 when it timed
         out."""
         env = self.child_env()
-        pid = os.fork()
+        pid = self._fork()
         if pid == 0:
             try:
                 os.setpgid(0, 0)
@@ -670,6 +770,20 @@ class Run:
         except OSError:
             pass
         return self._wait(pid, seconds)
+
+    def _fork(self):
+        """os.fork(), tried again for _fork_patience (once) when refused for
+        want of a pid; NoFork when it still is."""
+        until, pause = time.monotonic() + self._fork_patience, 0.001
+        self._fork_patience = 0.0
+        while True:
+            try:
+                return os.fork()
+            except OSError as exc:
+                if exc.errno != errno.EAGAIN or time.monotonic() + pause > until:
+                    raise NoFork(fork_failure(exc)) from exc
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def _wait(self, pid, seconds):
         deadline, timed_out, pause = time.monotonic() + seconds, False, 0.0005
@@ -799,12 +913,20 @@ class Run:
                 self.log.info("running %s%s" % (name, " for uid %d" % act_uid if act_uid else ""))
                 self.outcomes[name] = ("run", act_uid)
                 continue
+            if self.unfit:
+                entries.append(self.skip(name, "warning", self.unfit, self.unfit))
+                continue
             started = time.monotonic()
-            if own:
-                rc, facts = self.run_own(name, left, act_uid, [lock] if lock is not None else [],
-                                         more=own_after > 0)
-            else:
-                rc, facts = self.run_site(path, left), {}
+            try:
+                if own:
+                    rc, facts = self.run_own(name, left, act_uid, [lock] if lock is not None else [],
+                                             more=own_after > 0)
+                else:
+                    rc, facts = self.run_site(path, left), {}
+            except NoFork as exc:
+                entries.append(self.skip(name, "warning", "it needs a process of its own, and the runner could "
+                                         "not fork one (%s)" % exc, str(exc)))
+                continue
             entries.append(record.part_ran(name, rc, (time.monotonic() - started) * 1000, facts))
             if rc != 0:
                 self.log.warning("%s exited %d (124: timed out after %ds); carrying on" % (name, rc, left))
@@ -880,7 +1002,10 @@ def main(stage, argv0):
         release_dir = os.path.dirname(os.path.realpath(argv0))
         run = Run(release_dir, stage, dict(os.environ))
         run._listen_for_children()
-        run.start_worker()
+        try:
+            run.start_worker()
+        except OSError:
+            pass  # each part that needs it tries again, and says so
         run.prepare_marks()
         run.finish(run.chain())
     except Exception as exc:  # noqa: BLE001 - a non-zero epilog drains the node

@@ -352,7 +352,12 @@ def _kill(run_, uid, name, held, deadline, processes=True, ipc_test=False):
     ((descriptor, when taken), closed here) throughout, and never past the
     prolog's wait for it (as a job end's lastuserjob parts), nor DEADLINE.
     What 40 reported: outcome (would, in observe mode), signalled (or
-    would: what it would have signalled), and the parts' exit status."""
+    would: what it would have signalled), saved_only (the processes it left
+    alone whose saved uid alone is UID's: another account's run of her
+    setuid program, which the look counts under its real owner), and the
+    parts' exit status (or why a part did not run: "not run: no free pid"
+    when the runner could fork no process for it, and could not run it
+    itself)."""
     lock, taken = held if held is not None else (None, time.monotonic())
     until = min(deadline, taken + run_.lock_wait() - 3)
     done, facts = {}, {}
@@ -369,7 +374,14 @@ def _kill(run_, uid, name, held, deadline, processes=True, ipc_test=False):
                 done[part] = "not run: a new job of the user may start now (its prolog waits %ds at most)" \
                     % run_.lock_wait()
                 continue
-            rc, facts[part] = run_.run_own(part, seconds, uid, [lock] if lock is not None else [])
+            if run_.unfit:
+                done[part] = "not run: %s" % run_.unfit
+                continue
+            try:
+                rc, facts[part] = run_.run_own(part, seconds, uid, [lock] if lock is not None else [])
+            except runner.NoFork as exc:
+                done[part] = "not run: %s" % exc
+                continue
             done[part] = rc
         run_.stop_worker()
         # the System V IPC objects part 42 would remove at their last job end
@@ -391,8 +403,10 @@ def _kill(run_, uid, name, held, deadline, processes=True, ipc_test=False):
     kill = kill if isinstance(kill, dict) else {}
     signalled = kill.get("signalled")
     signalled = signalled if isinstance(signalled, int) and not isinstance(signalled, bool) else 0
+    spared = kill.get("saved_only")
     out = {"parts": done, "outcome": kill.get("outcome", "not run"), "signalled": 0 if kill.get("would") else signalled,
-           "ipc": facts.get("ipc")}
+           "ipc": facts.get("ipc"), "saved_only": spared if isinstance(spared, int) and not isinstance(spared, bool)
+           else 0}
     if kill.get("would"):
         out["would_signal"] = signalled
     return out
@@ -404,7 +418,8 @@ def _record(run_, report, removed_ipc):
     part 42's fact (the metrics and epilog.report count it)."""
     users = [{"user": record.text(u["user"] or "", 64), "uid": u["uid"], "answer": u["answer"],
               "processes": u["processes"], "kill": u["kill"].get("outcome") if isinstance(u.get("kill"), dict)
-              else "stopped" if str(u.get("kill", "")).startswith("stopped by ") else None}
+              else "stopped" if str(u.get("kill", "")).startswith("stopped by ") else None,
+              "saved_only": u["kill"].get("saved_only", 0) if isinstance(u.get("kill"), dict) else 0}
              for u in report["users"][:RECORD_USERS]]
     ran = [record.part_ran("epilog.strays", 0, report["ms"], {"ipc": removed_ipc})] \
         if sum(removed_ipc["removed"].values()) or removed_ipc["kept"] else []

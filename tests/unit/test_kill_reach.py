@@ -1,0 +1,94 @@
+"""Whose a process is to part 40's kill (parts.owner_of), against the
+kernel's own rule for who a signal reaches (kernel/signal.c,
+kill_ok_by_cred: the sender's real or effective uid is the target's real or
+saved uid): the kill's sender holds real uid X, effective uid the user's.
+A process is the user's by its real uid alone, as epilog.strays tells
+them; one whose saved uid alone is hers (another account's run of a
+program she made setuid to herself) is reached by kill(-1) and is not
+hers: the round that finds one signals hers one by one."""
+import errno
+import itertools
+import os
+
+import pytest
+
+from tests.unit.conftest import node
+
+parts = node("parts")
+runner = node("runner")
+
+HER, OTHER, X = 50101, 50102, 4294967294
+
+
+def reached(sender, target):
+    """kill_ok_by_cred of a sender (real, effective) and a target (real,
+    effective, saved), without CAP_KILL."""
+    return bool({sender[0], sender[1]} & {target[0], target[2]})
+
+
+@pytest.mark.parametrize("uids, owner", [
+    ((HER, HER, HER), "user"),
+    ((HER, 0, 0), "user"),  # her run of root's setuid program (passwd): hers
+    ((HER, OTHER, OTHER), "user"),  # her run of another account's setuid program
+    ((OTHER, HER, HER), "saved"),  # another account's run of her setuid program
+    ((0, HER, HER), "saved"),  # root's
+    ((OTHER, OTHER, HER), "saved"),  # its effective uid given back to its real owner
+    ((OTHER, HER, OTHER), None),  # her effective uid alone: out of the sender's reach
+    ((OTHER, OTHER, OTHER), None),
+    ((X, 0, 0), "x"),  # another part 40's sender
+    ((0, 0, X), "x"),
+])
+def test_whose_a_process_is_to_the_kill(uids, owner):
+    assert parts.owner_of(uids, HER, X) == owner
+
+
+def test_kill_minus_one_reaches_exactly_the_users_x_holders_and_saved_only_processes():
+    """Over every (real, effective, saved) of her uid, another's, root's and
+    X: kill(-1) from the sender reaches a process exactly when owner_of
+    names it, and the user's (the kill's targets) are all reached."""
+    for uids in itertools.product((HER, OTHER, 0, X), repeat=3):
+        owner = parts.owner_of(uids, HER, X)
+        assert reached((X, HER), uids) == (owner is not None), uids
+        assert (owner == "user") == (uids[0] == HER and X not in (uids[0], uids[2])), uids
+
+
+@pytest.mark.parametrize("mine, others, whole", [
+    ([(700, 700), (700, 700), (800, 800)], {1, 900}, {700, 800}),  # sessions of hers alone
+    ([(700, 700), (710, 700)], {700}, set()),  # another's process in her session: no group of it whole
+    ([(700, 650), (800, 800)], {650}, {800}),
+    ([(0, 0), (700, 0)], set(), set()),  # not told (a kernel before 4.1)
+])
+def test_a_group_is_signalled_whole_only_when_its_session_is_hers_alone(mine, others, whole):
+    assert parts.whole_groups(mine, others) == whole
+
+
+@pytest.mark.parametrize("errno_name, why", [("EAGAIN", "no free pid"), ("ENOMEM", "cannot fork: ")])
+def test_a_refused_fork_is_told_by_its_errno(errno_name, why):
+    code = getattr(errno, errno_name)
+    assert runner.fork_failure(OSError(code, os.strerror(code))).startswith(why)
+
+
+
+def test_what_the_user_could_change_on_the_runner_is_put_back():
+    """While the runner itself acts as the user (no free pid: 40 ran in
+    it), the user may renice it, pin it to one CPU or make it SCHED_BATCH
+    (their effective uid is all that takes): scheduling() puts those back.
+    Lowering the nice value again needs root; without it, only the rest is
+    looked at. In a child, so that the test's own process is untouched."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            before = (os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0), os.sched_getaffinity(0))
+            restore = runner.scheduling()
+            os.sched_setaffinity(0, {min(before[2])})
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+            if os.geteuid() == 0:
+                os.setpriority(os.PRIO_PROCESS, 0, before[0] + 5)
+            restore()
+            after = (os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0), os.sched_getaffinity(0))
+            code = 0 if after == before else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
