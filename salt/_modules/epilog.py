@@ -814,17 +814,23 @@ def _stat(path):
         return root.stat(inner)
 
 
+def _resolved(pid, path, follow=True):
+    """(fstat, placed) of PATH resolved in the root of process PID (None:
+    this process's), as _Root.resolve gives them; None when it names
+    nothing."""
+    try:
+        with _root(pid) as root:
+            fd, st, placed = root.resolve(path, follow)
+            os.close(fd)
+    except (OSError, ValueError):
+        return None
+    return st, placed
+
+
 def _lexists(path):
     """os.path.lexists of PATH, a /proc/PID/root/... path resolved in that root."""
     pid, inner = _split_root(path)
-    if pid is None:
-        return os.path.lexists(path)
-    try:
-        with _root(pid) as root:
-            os.close(root.resolve(inner, follow=False)[0])
-        return True
-    except (OSError, ValueError):
-        return False
+    return os.path.lexists(path) if pid is None else _resolved(pid, inner, follow=False) is not None
 
 
 def _root_only_in(directory):
@@ -833,13 +839,8 @@ def _root_only_in(directory):
     pid, inner = _split_root(directory)
     if pid is None:
         return _root_only(directory)
-    try:
-        with _root(pid) as root:
-            fd, st, placed = root.resolve(inner)
-            os.close(fd)
-    except (OSError, ValueError):
-        return False
-    return placed and bool(_node.system.Trust.root_dir(st, True))
+    found = _resolved(pid, inner)
+    return found is not None and found[1] and bool(_node.system.Trust.root_dir(found[0], True))
 
 
 # -- slurm.conf ------------------------------------------------------------------
@@ -1255,12 +1256,10 @@ def _root_tool_in(pid, exe):
     in its root: a regular executable file of root's that no group or other
     user can write, every directory its resolution went through one only
     root can write."""
-    try:
-        with _root(pid) as root:
-            fd, st, placed = root.resolve(exe)
-            os.close(fd)
-    except (OSError, ValueError):
+    found = _resolved(pid, exe)
+    if found is None:
         return False
+    st, placed = found
     return placed and stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022 \
         and bool(st.st_mode & 0o111)
 
