@@ -100,3 +100,31 @@ def test_a_slurm_conf_of_the_slurm_accounts_alone_is_a_warning_any_other_a_probl
     report = node.run("verify")
     assert report["result"] is False and any(p.startswith("[slurm-conf-not-root-only]") for p in report["problems"])
     assert not any(w.startswith("[slurm-conf-owned-by-slurm]") for w in report["warnings"]), report
+
+
+def test_an_include_glob_over_a_directory_others_can_write_and_a_hostile_name_in_it(node):
+    """slurm.conf includes conf.d/*.conf, a directory another account can
+    write, which holds a file named with a BEL, a line break, a forged
+    verdict and a terminal sequence: verify says the directory is not root's
+    alone, and the file too (it sits there), and every line of verify's and
+    chain_wired's answers is one printable line, the name escaped as the
+    records escape it."""
+    node.apply()
+    conf = node.conf_dir / "slurm.conf"
+    (node.conf_dir / "conf.d").mkdir()
+    (node.conf_dir / "conf.d").chmod(0o777)
+    name = "x\x07\nFORGED: result True, no problems\x1b[2J.conf"
+    (node.conf_dir / "conf.d" / name).write_text("ClusterName=x\n")
+    conf.write_text(conf.read_text() + "Include conf.d/*.conf\n")
+    shown = f"{node.conf_dir}/conf.d/x\\x07\\nFORGED: result True, no problems\\x1b[2J.conf"
+    report = node.run("verify", verbose=True)
+    wired = node.run("chain_wired")
+    lines = [*report["problems"], *report["warnings"], *report["info"], *wired["read"], *wired["wired"],
+             *wired["unknown"]]
+    assert all(line.isprintable() for line in lines), [line for line in lines if not line.isprintable()]
+    assert report["result"] is False
+    assert f"[slurm-conf-include-dir-not-root-only] {node.conf_dir}/conf.d, a directory an Include of slurm.conf " \
+        "lists, is not one only root (or the slurm account alone) can write: another account could put a file " \
+        "there that slurmd then reads, naming any Epilog=" in report["problems"], report["problems"]
+    assert any(p.startswith(f"[slurm-conf-not-root-only] {shown}, which slurmd reads") for p in report["problems"])
+    assert shown in wired["read"], wired
