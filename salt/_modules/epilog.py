@@ -898,34 +898,50 @@ def _parsed(path):
     while every file it read is still the same file)."""
     pid, inner = _split_root(path)
     memo, key = _memo(), ("conf", pid, inner)
-    with _root(pid) as root:
-        if memo is not None and key in memo:
-            hit = memo[key]
-            try:
-                if all(_identity(root.stat(name)) == seen for name, seen in hit["ids"]):
-                    return hit
-            except (OSError, ValueError):
-                pass
-        parsed = {"values": {}, "files": [], "sources": [], "problems": [], "cuts": [], "ids": [], "listed": []}
-        bounds = _Bounds()
-        _parse_into(root, inner, parsed, bounds, 0)
-        try:
-            import pwd  # pylint: disable=import-outside-toplevel
-            slurm_uid = pwd.getpwnam(SLURM_ACCOUNT).pw_uid
-        except KeyError:
-            slurm_uid = None
-        for name, st, placed in parsed.pop("listed"):
-            parsed["sources"].append((root.shown(name), "directory", conf_trust(
-                st.st_uid, st.st_mode, stat.S_ISDIR(st.st_mode), placed, slurm_uid)))
-        parsed["sources"] = [(name, kind, conf_trust(*facts, slurm_uid) if kind == "file" else facts)
-                             for name, kind, facts in parsed["sources"]]
-        parsed["problems"] = list(dict.fromkeys(parsed["problems"]))  # a line given a thousand times: once
-        # each bound by its value now (a test may set one low)
-        parsed["cuts"] = [f"[slurm-conf-cut] {root.shown(inner)} is read only in part: "
-                          f"{_CUT[what].format(**globals())}; what lies past that is not judged" for what in bounds.cuts]
+    try:
+        with _root(pid) as root:
+            parsed = _parsed_in(root, inner, memo, key)
+    except OSError as exc:  # the root itself: its process has ended
+        return {"values": {}, "files": [], "sources": [], "cuts": [], "ids": [],
+                "problems": [_unreadable(_shown(path), exc)]}
     if memo is not None:
         memo[key] = parsed
     return parsed
+
+
+def _parsed_in(root, inner, memo, key):
+    """_parsed of the path INNER in ROOT: the call's MEMO's under KEY while
+    every file it read is the same file, else parsed now."""
+    if memo is not None and key in memo:
+        hit = memo[key]
+        try:
+            if all(_identity(root.stat(name)) == seen for name, seen in hit["ids"]):
+                return hit
+        except (OSError, ValueError):
+            pass
+    parsed = {"values": {}, "files": [], "sources": [], "problems": [], "cuts": [], "ids": [], "listed": []}
+    bounds = _Bounds()
+    _parse_into(root, inner, parsed, bounds, 0)
+    try:
+        import pwd  # pylint: disable=import-outside-toplevel
+        slurm_uid = pwd.getpwnam(SLURM_ACCOUNT).pw_uid
+    except KeyError:
+        slurm_uid = None
+    for name, st, placed in parsed.pop("listed"):
+        parsed["sources"].append((root.shown(name), "directory", conf_trust(
+            st.st_uid, st.st_mode, stat.S_ISDIR(st.st_mode), placed, slurm_uid)))
+    parsed["sources"] = [(name, kind, conf_trust(*facts, slurm_uid) if kind == "file" else facts)
+                         for name, kind, facts in parsed["sources"]]
+    parsed["problems"] = list(dict.fromkeys(parsed["problems"]))  # a line given a thousand times: once
+    # each bound by its value now (a test may set one low)
+    parsed["cuts"] = [f"[slurm-conf-cut] {root.shown(inner)} is read only in part: "
+                      f"{_CUT[what].format(**globals())}; what lies past that is not judged" for what in bounds.cuts]
+    return parsed
+
+
+def _unreadable(shown, exc):
+    """The problem of the file SHOWN that cannot be read, for EXC."""
+    return f"[slurm-conf-unreadable] {shown} cannot be read: {_shown(getattr(exc, 'strerror', None) or exc)}"
 
 
 def _identity(st):
@@ -951,8 +967,7 @@ def _parse_into(root, path, parsed, bounds, depth):
         finally:
             os.close(fd)
     except (OSError, ValueError) as exc:
-        parsed["problems"].append(f"[slurm-conf-unreadable] {shown} cannot be read: "
-                                  f"{_shown(getattr(exc, 'strerror', None) or exc)}")
+        parsed["problems"].append(_unreadable(shown, exc))
         return
     parsed["files"].append(shown)
     parsed["sources"].append((shown, "file", (st.st_uid, st.st_mode, True, placed)))

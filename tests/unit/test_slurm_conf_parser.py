@@ -257,3 +257,11 @@ def test_a_path_is_resolved_in_a_root_as_the_kernel_resolves_it(tmp_path, name):
         assert ident(os.stat) == ident(root.stat) == ident(walked)
     finally:
         root.close()
+
+
+def test_a_root_whose_process_has_ended_is_a_problem_not_an_error():
+    """A slurmd that ended between the look at /proc and the read: its
+    slurm.conf cannot be read, said as such."""
+    _, read, problems = epilog.parse_slurm_conf("/proc/999999999/root/etc/slurm/slurm.conf")
+    assert read == [] and problems == ["[slurm-conf-unreadable] /proc/999999999/root/etc/slurm/slurm.conf cannot be "
+                                       "read: No such file or directory"], problems
