@@ -3,6 +3,7 @@ on a node laid down by the real state (the node fixture); the parser's
 table of the forms Slurm accepts is in tests/unit."""
 import os
 import pwd
+from collections import Counter
 
 import pytest
 
@@ -128,3 +129,37 @@ def test_an_include_glob_over_a_directory_others_can_write_and_a_hostile_name_in
         "there that slurmd then reads, naming any Epilog=" in report["problems"], report["problems"]
     assert any(p.startswith(f"[slurm-conf-not-root-only] {shown}, which slurmd reads") for p in report["problems"])
     assert shown in wired["read"], wired
+
+
+def test_one_call_reads_each_slurm_conf_once(node):
+    """verify reads slurm.conf for the state run it makes (parts.sls asks
+    chain_wired), for its own chain_wired, to judge it and to look for
+    stale files: one call, one read of each file (counted as the opens of
+    its name, in-process, where no slurmd is in sight); the next call reads
+    them afresh."""
+    node.apply()
+    conf = node.conf_dir / "slurm.conf"
+    (node.conf_dir / "extra.conf").write_text("ClusterName=x\n")
+    conf.write_text(conf.read_text() + "Include extra.conf\n")
+
+    def counted():
+        opened, real = Counter(), os.open
+
+        def counting(path, *args, **kwargs):
+            if kwargs.get("dir_fd") is not None and path in ("slurm.conf", "extra.conf"):
+                opened[path] += 1
+            return real(path, *args, **kwargs)
+
+        os.open = counting
+        try:
+            report = node.minion("epilog.verify", verbose=True)
+            once = dict(opened)
+            node.minion("epilog.chain_wired")
+        finally:
+            os.open = real
+        return once, dict(opened), report
+
+    once, twice, report = node.isolated(counted)
+    assert {"file": str(conf), "how": "slurm_config_dir"} in report["slurm_conf"], report
+    assert once == {"slurm.conf": 1, "extra.conf": 1}, once
+    assert twice == {"slurm.conf": 2, "extra.conf": 2}, twice
