@@ -542,8 +542,10 @@ def _shown(name):
     an operator's terminal: on one line and printable, by the escaping the
     node program's records and logs use (system.show). Every name verify,
     chain_wired, explain and the strays view put into their answers goes
-    through it."""
-    return _node.system.show(str(name))
+    through it; one longer than PATH_MAX (a slurm.conf may give anything)
+    is cut there, with ... after it."""
+    name = str(name)
+    return _node.system.show(name) if len(name) <= 4096 else _node.system.show(name[:4096]) + "..."
 
 
 # -- one call ------------------------------------------------------------------
@@ -585,6 +587,7 @@ _O_PATH = getattr(os, "O_PATH", 0o10000000)
 _SYS_OPENAT2 = 437
 _RESOLVE_NO_MAGICLINKS, _RESOLVE_IN_ROOT = 0x02, 0x10
 _SYMLINK_HOPS = 40  # the kernel's own bound (MAXSYMLINKS)
+_STEPS_MAX = 4096  # names one resolution opens at most: PATH_MAX's worth, links and all
 _OPENAT2 = []  # [the C library's syscall function, ctypes], or [None]: not here
 
 
@@ -645,14 +648,18 @@ class _Root:
         caller closes; its fstat; placed), placed True when each directory
         the resolution went through passed Trust's rule on the descriptor
         opened for it (an ancestor may be sticky, the directory that holds
-        the file or a symlink may not). OSError when it names nothing."""
+        the file or a symlink may not). OSError when it names nothing, or
+        takes more than _STEPS_MAX names."""
         rule = _node.system.Trust.root_dir
         stack = [(os.dup(self.fd), os.fstat(self.fd))]
         todo = [name for name in reversed(path.split("/")) if name]
-        hops, placed = 0, True
+        hops, placed, steps = 0, True, 0
         try:
             while todo:
                 name = todo.pop()
+                steps += 1
+                if steps > _STEPS_MAX:
+                    raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), self.prefix + path[:256])
                 if name == ".":
                     continue
                 if name == "..":

@@ -265,3 +265,13 @@ def test_a_root_whose_process_has_ended_is_a_problem_not_an_error():
     _, read, problems = epilog.parse_slurm_conf("/proc/999999999/root/etc/slurm/slurm.conf")
     assert read == [] and problems == ["[slurm-conf-unreadable] /proc/999999999/root/etc/slurm/slurm.conf cannot be "
                                        "read: No such file or directory"], problems
+
+
+def test_a_path_of_too_many_names_is_refused_not_walked(tmp_path):
+    """An Include of a path of a million names (within the 4 MiB a file
+    may give) is refused after _STEPS_MAX of them, as the kernel refuses a
+    path longer than PATH_MAX."""
+    (tmp_path / "slurm.conf").write_text("Include " + "./" * 1000000 + "x.conf\n")
+    _, read, problems = epilog.parse_slurm_conf(str(tmp_path / "slurm.conf"))
+    assert len(read) == 1 and len(problems) == 1 and "File name too long" in problems[0], problems
+    assert len(problems[0]) < 5000, len(problems[0])
