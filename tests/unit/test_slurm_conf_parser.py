@@ -120,8 +120,8 @@ def test_a_thousand_include_globs_are_cut_and_said(tmp_path):
     globs past CONF_GLOBS_MAX and the lines past CONF_INCLUDES_MAX are not
     looked at, each bound reached is one [slurm-conf-cut] line, and what the
     files say outside the Includes is still read."""
-    for i in range(30):
-        for j in range(30):
+    for i in range(10):
+        for j in range(10):
             (tmp_path / f"x{i}" / f"y{j}").mkdir(parents=True)
     (tmp_path / "inc.conf").write_text(f"Include {tmp_path}/*/*/nonexist*\n" * 1000 + "Epilog=/after\n")
     (tmp_path / "slurm.conf").write_text("Include inc.conf\n")
