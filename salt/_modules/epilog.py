@@ -10,15 +10,20 @@ for ``epilog.explain`` (its runner, in a dry run). Nothing in this file is
 laid down on a node: changing it changes no release.
 """
 
+import contextlib
+import errno
+import fnmatch
 import importlib
 import importlib.util
 import json
 import os
+import posixpath
 import re
 import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 
 from salt.exceptions import CommandExecutionError
@@ -86,11 +91,12 @@ SLURM_ACCOUNT = "slurm"
 
 
 def conf_trust(uid, mode, regular, placed, slurm_uid):
-    """How far a slurm.conf, or a file it includes, is trusted, from its
-    facts: its owner UID, its MODE, whether it is a REGULAR file, whether it
-    is PLACED in directories only root can write (where it is named and
-    where it resolves to), and the uid of the slurm account (None: no such
-    account). "root": a file only root can write. "slurm": the slurm
+    """How far a slurm.conf, or a file it includes, or a directory an
+    Include glob of it lists, is trusted, from its facts: its owner UID, its
+    MODE, whether it is a REGULAR file (for a directory: a directory),
+    whether it is PLACED in directories only root can write (every
+    directory its resolution went through, in the root of the slurmd that
+    reads it), and the uid of the slurm account (None: no such account). "root": a file only root can write. "slurm": the slurm
     account's, writable by it alone (saltstack-formulas/slurm-formula lays
     slurm.conf down so): what it says is what slurmd runs, so it is judged,
     and the slurm account can run anything as root through Epilog= and
@@ -106,22 +112,6 @@ def conf_trust(uid, mode, regular, placed, slurm_uid):
     if slurm_uid is not None and slurm_uid != 0 and uid == slurm_uid:
         return "slurm"
     return "untrusted"
-
-
-def _conf_trust(path):
-    """conf_trust of the file PATH, its facts read from the node."""
-    import pwd  # pylint: disable=import-outside-toplevel
-    try:
-        real = os.path.realpath(path)
-        st = os.stat(real)
-    except (OSError, ValueError):
-        return "untrusted"
-    placed = _root_only(os.path.dirname(os.path.abspath(path))) and _root_only(os.path.dirname(real))
-    try:
-        slurm_uid = pwd.getpwnam(SLURM_ACCOUNT).pw_uid
-    except KeyError:
-        slurm_uid = None
-    return conf_trust(st.st_uid, st.st_mode, stat.S_ISREG(st.st_mode), placed, slurm_uid)
 
 
 def __virtual__():
@@ -530,15 +520,524 @@ _CONF_INCLUDE = re.compile(r"\s*include\s+(\S.*?)\s*\Z", re.I)
 CONF_KEYS = ("epilog", "prolog", "prologflags", "slurmdspooldir", "epilogtimeout", "prologtimeout",
              "prologepilogtimeout", "proctracktype", "jobcontainertype", "namespacetype")
 
-
+# What one parse of a slurm.conf may do in all, whatever includes what: the
+# files it reads, its Include lines, the Includes that are globs, the
+# directory entries those list, the files they match, and its time.
 CONF_FILES_MAX = 64
+CONF_INCLUDES_MAX = 256
+CONF_GLOBS_MAX = 64
+CONF_ENTRIES_MAX = 20000
+CONF_MATCHES_MAX = 256
+CONF_SECONDS = 5.0
+_CUT = {"files": "more than {CONF_FILES_MAX} files included in all",
+        "includes": "more than {CONF_INCLUDES_MAX} Include lines in all",
+        "globs": "more than {CONF_GLOBS_MAX} Include globs in all",
+        "entries": "more than {CONF_ENTRIES_MAX} directory entries listed for its Include globs",
+        "matches": "more than {CONF_MATCHES_MAX} files matched by its Include globs",
+        "seconds": "more than {CONF_SECONDS:g} s"}
+_MAGIC = re.compile(r"[*?[]")
 
 
-def _plain_text(text):
-    """TEXT as is when every character prints, else its repr: what a
-    slurm.conf says reaches a state's name and YAML, which refuses control
-    characters."""
-    return text if text.isprintable() else repr(text)
+def _shown(name):
+    """NAME (a path, a file name, a value slurm.conf gives) as it may reach
+    an operator's terminal: on one line and printable, by the escaping the
+    node program's records and logs use (system.show). Every name verify,
+    chain_wired, explain and the strays view put into their answers goes
+    through it; one longer than PATH_MAX (a slurm.conf may give anything)
+    is cut there, with ... after it."""
+    name = str(name)
+    return _node.system.show(name) if len(name) <= 4096 else _node.system.show(name[:4096]) + "..."
+
+
+# -- one call ------------------------------------------------------------------
+_MEMO = "_epilog_module_call"
+
+
+@contextlib.contextmanager
+def _one_call():
+    """What one call of a function of this module reads once (the running
+    slurmds, each slurm.conf parsed, the roots they are read in), kept for
+    the call and dropped at its end: never across calls, the next reads the
+    node afresh. A call made inside another (verify's state run renders
+    parts.sls, which asks chain_wired, in a module the state loads anew)
+    shares the outer one's: it is kept on the thread, not in this module."""
+    thread = threading.current_thread()
+    if getattr(thread, _MEMO, None) is not None:
+        yield
+        return
+    setattr(thread, _MEMO, {})
+    try:
+        yield
+    finally:
+        memo = getattr(thread, _MEMO)
+        setattr(thread, _MEMO, None)
+        for key, value in memo.items():
+            if key[0] == "root":
+                value.close()
+
+
+def _memo():
+    """The memo of the call this thread is in, or None (outside a call:
+    nothing is kept)."""
+    return getattr(threading.current_thread(), _MEMO, None)
+
+
+# -- paths inside a process's root ---------------------------------------------
+_O_PATH = getattr(os, "O_PATH", 0o10000000)
+# openat2(2) (Linux 5.6): its number on every architecture, and its flags
+_SYS_OPENAT2 = 437
+_RESOLVE_NO_MAGICLINKS, _RESOLVE_IN_ROOT = 0x02, 0x10
+_SYMLINK_HOPS = 40  # the kernel's own bound (MAXSYMLINKS)
+_STEPS_MAX = 4096  # names one resolution opens at most: PATH_MAX's worth, links and all
+_OPENAT2 = []  # [the C library's syscall function, ctypes], or [None]: not here
+
+
+def _openat2(dirfd, path, flags, resolve):
+    """openat2(DIRFD, PATH, FLAGS, RESOLVE): a descriptor, or None where
+    the kernel (or the C library) has no openat2; OSError otherwise."""
+    if not _OPENAT2:
+        try:
+            import ctypes  # pylint: disable=import-outside-toplevel
+            syscall = ctypes.CDLL(None, use_errno=True).syscall
+            syscall.restype = ctypes.c_long
+            _OPENAT2.append((syscall, ctypes))
+        except (OSError, AttributeError):
+            _OPENAT2.append(None)
+    if _OPENAT2[0] is None:
+        return None
+    syscall, ctypes = _OPENAT2[0]
+    how = (ctypes.c_uint64 * 3)(flags | os.O_CLOEXEC, 0, resolve)  # struct open_how: flags, mode, resolve
+    fd = syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(dirfd), ctypes.c_char_p(os.fsencode(path)),
+                 ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+    if fd < 0:
+        err = ctypes.get_errno()
+        if err == errno.ENOSYS:
+            _OPENAT2[0] = None
+            return None
+        raise OSError(err, os.strerror(err), path)
+    return fd
+
+
+class _Root:
+    """The root directory process PID sees (None: this process's), held
+    open: /proc/PID/root opened as a directory enters that process's root
+    in its own mount namespace. Every path of its (the slurm.conf it reads,
+    what that includes, their globs, its build's library) is resolved
+    inside it as the kernel resolves it for that process: an absolute
+    symlink or path from that root, .. never above it, no magic link of a
+    /proc in it followed. Shown as /proc/PID/root/... in the answers."""
+
+    def __init__(self, pid=None):
+        self.prefix = "" if pid is None else f"/proc/{int(pid)}/root"
+        self.fd = os.open(self.prefix or "/", _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def shown(self, path):
+        return _shown(self.prefix + path)
+
+    def resolve(self, path, follow=True):
+        """PATH (absolute, in this root) resolved one name at a time, each
+        opened O_PATH|O_NOFOLLOW in the directory opened before it: a
+        symlink's text is read from its descriptor and resolved in this
+        root (40 at most), .. goes back to the directory it came from and
+        never above the root; the last name's symlink is not followed unless
+        FOLLOW. Returns (an O_PATH descriptor of what PATH names, which the
+        caller closes; its fstat; placed), placed True when each directory
+        the resolution went through passed Trust's rule on the descriptor
+        opened for it (an ancestor may be sticky, the directory that holds
+        the file or a symlink may not). OSError when it names nothing, or
+        takes more than _STEPS_MAX names."""
+        rule = _node.system.Trust.root_dir
+        stack = [(os.dup(self.fd), os.fstat(self.fd))]
+        todo = [name for name in reversed(path.split("/")) if name]
+        hops, placed, steps = 0, True, 0
+        try:
+            while todo:
+                name = todo.pop()
+                steps += 1
+                if steps > _STEPS_MAX:
+                    raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), self.prefix + path[:256])
+                if name == ".":
+                    continue
+                if name == "..":
+                    if len(stack) > 1:
+                        os.close(stack.pop()[0])
+                    continue
+                fd = os.open(name, _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=stack[-1][0])
+                st = os.fstat(fd)
+                link = stat.S_ISLNK(st.st_mode)
+                placed = placed and bool(rule(stack[-1][1], last=link or not todo))
+                if link and (todo or follow):
+                    try:
+                        target = os.readlink("", dir_fd=fd)
+                    finally:
+                        os.close(fd)
+                    hops += 1
+                    if hops > _SYMLINK_HOPS:
+                        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), self.prefix + path)
+                    if target.startswith("/"):
+                        while len(stack) > 1:
+                            os.close(stack.pop()[0])
+                    todo.extend(name for name in reversed(target.split("/")) if name)
+                    continue
+                stack.append((fd, st))
+                if todo and not stat.S_ISDIR(st.st_mode):
+                    raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), self.prefix + path)
+            fd, st = stack.pop()
+            return fd, st, placed
+        finally:
+            for fd, _ in stack:
+                os.close(fd)
+
+    def stat(self, path):
+        """The stat of what PATH names in this root, resolved by the kernel
+        (openat2's RESOLVE_IN_ROOT and RESOLVE_NO_MAGICLINKS) where it has
+        openat2, else by resolve(). OSError when it names nothing."""
+        if "\0" in path:
+            raise ValueError("embedded null byte")
+        fd = _openat2(self.fd, path, _O_PATH, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
+        if fd is None:
+            fd = self.resolve(path)[0]
+        try:
+            return os.fstat(fd)
+        finally:
+            os.close(fd)
+
+    def exists(self, path):
+        try:
+            self.stat(path)
+            return True
+        except (OSError, ValueError):
+            return False
+
+    @staticmethod
+    def read(fd, limit):
+        """The first LIMIT bytes of the regular file whose O_PATH descriptor
+        is FD: that very inode, reopened through the descriptor, never
+        blocking on a FIFO."""
+        with os.fdopen(os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC),
+                       "rb") as handle:
+            return handle.read(limit)
+
+    @staticmethod
+    def names(fd, bounds):
+        """The names in the directory whose O_PATH descriptor is FD, listed
+        through it while BOUNDS allows one more entry."""
+        out = []
+        listed = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            with os.scandir(listed) as entries:
+                for entry in entries:
+                    if not bounds.take("entries"):
+                        break
+                    out.append(entry.name)
+        finally:
+            os.close(listed)
+        return out
+
+    def glob(self, pattern, bounds, listed):
+        """The paths in this root PATTERN (absolute) names, sorted, as
+        glob(3) finds them: a name fnmatch's * ? [...] match in a directory
+        listed through its descriptor, a name with a leading dot only by a
+        pattern with one, each match there (lstat). Each directory listed
+        is added to LISTED as (its path, fstat, placed); BOUNDS bounds the
+        entries listed, the matches and the time."""
+        found = ["/"]
+        for part in (part for part in pattern.split("/") if part):
+            if not _MAGIC.search(part):
+                found = [posixpath.join(path, part) for path in found]
+                continue
+            matched = []
+            for base in found:
+                if bounds.over():
+                    break
+                try:
+                    fd, st, placed = self.resolve(base)
+                except (OSError, ValueError):
+                    continue
+                try:
+                    if not stat.S_ISDIR(st.st_mode):
+                        continue
+                    listed.append((base, st, placed))
+                    names = self.names(fd, bounds)
+                except OSError:
+                    continue
+                finally:
+                    os.close(fd)
+                matched += [posixpath.join(base, name) for name in names
+                            if (part.startswith(".") or not name.startswith(".")) and fnmatch.fnmatchcase(name, part)]
+            found = matched
+        out = []
+        for path in sorted(found):
+            if not bounds.take("matches"):
+                break
+            try:
+                os.close(self.resolve(path, follow=False)[0])
+            except (OSError, ValueError):
+                continue
+            out.append(path)
+        return out
+
+
+_IN_ROOT = re.compile(r"/proc/([0-9]+)/root(/.*)?\Z", re.S)
+
+
+def _split_root(path):
+    """(pid, the path in its root) of a path /proc/PID/root/... (how a
+    slurmd's own file is named here), else (None, PATH made absolute)."""
+    found = _IN_ROOT.match(path)
+    if found:
+        return int(found.group(1)), found.group(2) or "/"
+    return None, os.path.abspath(path)
+
+
+@contextlib.contextmanager
+def _root(pid):
+    """The _Root of process PID (None: this process's): the call's own
+    (opened once per call), or one opened for this use and closed after."""
+    memo = _memo()
+    if memo is None:
+        root = _Root(pid)
+        try:
+            yield root
+        finally:
+            root.close()
+        return
+    key = ("root", pid)
+    if key not in memo:
+        memo[key] = _Root(pid)
+    yield memo[key]
+
+
+def _stat(path):
+    """os.stat of PATH, a /proc/PID/root/... path resolved in that root."""
+    pid, inner = _split_root(path)
+    if pid is None:
+        return os.stat(path)
+    with _root(pid) as root:
+        return root.stat(inner)
+
+
+def _resolved(pid, path, follow=True):
+    """(fstat, placed) of PATH resolved in the root of process PID (None:
+    this process's), as _Root.resolve gives them; None when it names
+    nothing."""
+    try:
+        with _root(pid) as root:
+            fd, st, placed = root.resolve(path, follow)
+            os.close(fd)
+    except (OSError, ValueError):
+        return None
+    return st, placed
+
+
+def _lexists(path):
+    """os.path.lexists of PATH, a /proc/PID/root/... path resolved in that root."""
+    pid, inner = _split_root(path)
+    return os.path.lexists(path) if pid is None else _resolved(pid, inner, follow=False) is not None
+
+
+def _root_only_in(directory):
+    """_root_only of DIRECTORY, a /proc/PID/root/... directory judged in
+    that root (its every directory on the descriptors resolved there)."""
+    pid, inner = _split_root(directory)
+    if pid is None:
+        return _root_only(directory)
+    found = _resolved(pid, inner)
+    return found is not None and found[1] and bool(_node.system.Trust.root_dir(found[0], True))
+
+
+# -- slurm.conf ------------------------------------------------------------------
+class _Bounds:
+    """What is left to one parse (CONF_*_MAX, CONF_SECONDS), and the
+    bounds it reached (cuts), each once, in order."""
+
+    def __init__(self):
+        self.left = {"files": CONF_FILES_MAX, "includes": CONF_INCLUDES_MAX, "globs": CONF_GLOBS_MAX,
+                     "entries": CONF_ENTRIES_MAX, "matches": CONF_MATCHES_MAX}
+        self.deadline = time.monotonic() + CONF_SECONDS
+        self.cuts = []
+
+    def over(self):
+        if time.monotonic() > self.deadline:
+            self.cut("seconds")
+        return "seconds" in self.cuts
+
+    def take(self, what):
+        """True when one more of WHAT may be done (and it is counted)."""
+        if self.over() or self.left[what] <= 0:
+            self.cut(what)
+            return False
+        self.left[what] -= 1
+        return True
+
+    def cut(self, what):
+        if what not in self.cuts:
+            self.cuts.append(what)
+
+
+def parse_slurm_conf(path):
+    """slurm.conf as Slurm reads it: keys in any case, spaces around '=',
+    quoted values, several pairs on a line, '#' comments ('\\#' is a
+    literal '#'), Include (relative to the including file's directory,
+    globs allowed) read in place. A /proc/PID/root/... path is read in that
+    process's root, its absolute Includes too. Returns ({key lowercased:
+    [values in order]}, [files read], [problems]); the last value is the one
+    Slurm uses (Epilog= and Prolog= may be given more than once from
+    24.05). A parse is bounded in all, whatever includes what (CONF_*_MAX,
+    CONF_SECONDS: a file that includes itself, a glob of /proc, a thousand
+    Include lines are answered in bounded time), and each bound it reached
+    is one of the problems, [slurm-conf-cut]. Names are shown escaped
+    (_shown)."""
+    parsed = _parsed(path)
+    return parsed["values"], parsed["files"], parsed["problems"] + parsed["cuts"]
+
+
+def _parsed(path):
+    """parse_slurm_conf's whole answer for PATH: {values, files (shown),
+    sources: [(shown name, "file" or "directory", conf_trust verdict)] of
+    each file read and each directory an Include glob listed, problems,
+    cuts: the [slurm-conf-cut] lines}. Parsed once per call of the module
+    (the call's memo, keyed by the root and the path, and used again only
+    while every file it read is still the same file)."""
+    pid, inner = _split_root(path)
+    memo, key = _memo(), ("conf", pid, inner)
+    try:
+        with _root(pid) as root:
+            parsed = _parsed_in(root, inner, memo, key)
+    except OSError as exc:  # the root itself: its process has ended
+        return {"values": {}, "files": [], "sources": [], "cuts": [], "ids": [],
+                "problems": [_unreadable(_shown(path), exc)]}
+    if memo is not None:
+        memo[key] = parsed
+    return parsed
+
+
+def _parsed_in(root, inner, memo, key):
+    """_parsed of the path INNER in ROOT: the call's MEMO's under KEY while
+    every file it read is the same file, else parsed now."""
+    if memo is not None and key in memo:
+        hit = memo[key]
+        try:
+            if all(_identity(root.stat(name)) == seen for name, seen in hit["ids"]):
+                return hit
+        except (OSError, ValueError):
+            pass
+    parsed = {"values": {}, "files": [], "sources": [], "problems": [], "cuts": [], "ids": [], "listed": []}
+    bounds = _Bounds()
+    _parse_into(root, inner, parsed, bounds, 0)
+    try:
+        import pwd  # pylint: disable=import-outside-toplevel
+        slurm_uid = pwd.getpwnam(SLURM_ACCOUNT).pw_uid
+    except KeyError:
+        slurm_uid = None
+    for name, st, placed in parsed.pop("listed"):
+        parsed["sources"].append((root.shown(name), "directory", conf_trust(
+            st.st_uid, st.st_mode, stat.S_ISDIR(st.st_mode), placed, slurm_uid)))
+    parsed["sources"] = [(name, kind, conf_trust(*facts, slurm_uid) if kind == "file" else facts)
+                         for name, kind, facts in parsed["sources"]]
+    parsed["problems"] = list(dict.fromkeys(parsed["problems"]))  # a line given a thousand times: once
+    # each bound by its value now (a test may set one low)
+    parsed["cuts"] = [f"[slurm-conf-cut] {root.shown(inner)} is read only in part: "
+                      f"{_CUT[what].format(**globals())}; what lies past that is not judged" for what in bounds.cuts]
+    return parsed
+
+
+def _unreadable(shown, exc):
+    """The problem of the file SHOWN that cannot be read, for EXC."""
+    return f"[slurm-conf-unreadable] {shown} cannot be read: {_shown(getattr(exc, 'strerror', None) or exc)}"
+
+
+def _identity(st):
+    return st.st_dev, st.st_ino, st.st_ctime_ns, st.st_size
+
+
+def _parse_into(root, path, parsed, bounds, depth):
+    """Read the file PATH of ROOT into PARSED (see _parsed), Includes in
+    place, within BOUNDS."""
+    shown = root.shown(path)
+    if not bounds.take("files"):
+        return
+    try:
+        # never blocks on a FIFO, never reads a device or more than 4 MiB:
+        # the type first, on the descriptor the resolution opened, and the
+        # regular file read is that very inode
+        fd, st, placed = root.resolve(path)
+        try:
+            if not stat.S_ISREG(st.st_mode):
+                parsed["problems"].append(f"[slurm-conf-not-regular] {shown} is not a regular file")
+                return
+            data = root.read(fd, 4 << 20)
+        finally:
+            os.close(fd)
+    except (OSError, ValueError) as exc:
+        parsed["problems"].append(_unreadable(shown, exc))
+        return
+    parsed["files"].append(shown)
+    parsed["sources"].append((shown, "file", (st.st_uid, st.st_mode, True, placed)))
+    parsed["ids"].append((path, _identity(st)))
+    # a trailing backslash continues the line, as Slurm joins them
+    text = re.sub(r"\\\n", "", data.decode("utf-8", "replace"))
+    values = parsed["values"]
+    for raw in text.splitlines():
+        # '#' starts a comment unless escaped; then Slurm drops every
+        # backslash left (its escape character)
+        line = re.sub(r"(?<!\\)#.*", "", raw).replace("\\", "")
+        include = _CONF_INCLUDE.match(line)
+        if include:
+            if not bounds.take("includes"):
+                continue
+            named = include.group(1)
+            target = named.strip('"')
+            if not target.startswith("/"):
+                target = posixpath.join(posixpath.dirname(path), target)
+            if _MAGIC.search(target):
+                found = root.glob(target, bounds, parsed["listed"]) if bounds.take("globs") else []
+            else:
+                found = [target]
+            if not found and not bounds.cuts:
+                parsed["problems"].append(f"[slurm-conf-include-missing] {shown}: Include {_shown(named)} names no "
+                                          "file")
+            if depth >= 10:
+                parsed["problems"].append(f"[slurm-conf-include-too-deep] {shown}: Include nested more than 10 deep")
+                continue
+            for name in found:
+                _parse_into(root, name, parsed, bounds, depth + 1)
+            continue
+        pos = 0
+        while True:
+            pair = _CONF_PAIR.match(line, pos)
+            if not pair:
+                break
+            values.setdefault(pair.group(1).lower(), []).append(
+                pair.group(2) if pair.group(2) is not None else pair.group(3))
+            pos = pair.end()
+
+
+def _trust_lines(parsed):
+    """(problems, warnings) of what slurmd reads in PARSED that another
+    account than root can write: each file read and each directory an
+    Include glob listed, judged by conf_trust."""
+    problems, warnings = [], []
+    for name, kind, trust in parsed["sources"]:
+        if trust == "untrusted" and kind == "file":
+            problems.append(f"[slurm-conf-not-root-only] {name}, which slurmd reads, is not a file only root (or the "
+                            f"{SLURM_ACCOUNT} account alone) can write: another account could have it name any "
+                            "Epilog=, and what verify reads proves nothing")
+        elif trust == "untrusted":
+            problems.append(f"[slurm-conf-include-dir-not-root-only] {name}, a directory an Include of slurm.conf "
+                            f"lists, is not one only root (or the {SLURM_ACCOUNT} account alone) can write: another "
+                            "account could put a file there that slurmd then reads, naming any Epilog=")
+        elif trust == "slurm":
+            warnings.append(f"[slurm-conf-owned-by-slurm] {name}, which slurmd reads, is owned by the "
+                            f"{SLURM_ACCOUNT} account: that account can run anything as root through Epilog= or "
+                            "Prolog= (slurmd runs them as root). Make it root's (chown root) unless the site "
+                            "accepts that (slurm-formula lays slurm.conf down as slurm's)")
+    return problems, warnings
 
 
 # PrologFlags as Slurm reads them (read_config.c): a flag sets the ones it
@@ -563,79 +1062,6 @@ def prolog_flags(value):
             flags.add(token)
             flags.update(PROLOG_FLAGS_SET.get(token, ()))
     return flags
-
-
-def parse_slurm_conf(path, _depth=0, _budget=None):
-    """slurm.conf as Slurm reads it: keys in any case, spaces around '=',
-    quoted values, several pairs on a line, '#' comments ('\\#' is a
-    literal '#'), Include (relative to the including file's directory,
-    globs allowed) read in place. Returns ({key lowercased: [values in
-    order]}, [files read], [problems]); the last value is the one Slurm uses
-    (Epilog= and Prolog= may be given more than once from 24.05). At most
-    CONF_FILES_MAX files are read in all (an Include that names itself, or
-    a glob of files that include each other, is a problem, not a hang)."""
-    import glob  # pylint: disable=import-outside-toplevel
-    values, files, problems = {}, [], []
-    shown = _plain_text(path)
-    budget = [CONF_FILES_MAX] if _budget is None else _budget
-    if budget[0] <= 0:
-        return values, files, [f"[slurm-conf-too-many-files] {shown}: not read, more than {CONF_FILES_MAX} files "
-                               "included in all"]
-    budget[0] -= 1
-    try:
-        # never blocks on a FIFO, never reads a device or more than 4 MiB
-        # the type first, through an O_PATH descriptor that opens nothing: a
-        # device (a watchdog, a tape) is never opened, and the regular file
-        # read is that very inode, whatever is renamed meanwhile
-        handle = os.open(path, getattr(os, "O_PATH", 0o10000000) | os.O_NOCTTY)
-        try:
-            if not stat.S_ISREG(os.fstat(handle).st_mode):
-                return values, files, [f"[slurm-conf-not-regular] {shown} is not a regular file"]
-            fd = os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-        finally:
-            os.close(handle)
-        try:
-            data = os.read(fd, 4 << 20)
-        finally:
-            os.close(fd)
-    except (OSError, ValueError) as exc:
-        return values, files, [f"[slurm-conf-unreadable] {shown} cannot be read: "
-                               f"{getattr(exc, 'strerror', None) or exc}"]
-    files.append(path)
-    # a trailing backslash continues the line, as Slurm joins them
-    text = re.sub(r"\\\n", "", data.decode("utf-8", "replace"))
-    for raw in text.splitlines():
-        # '#' starts a comment unless escaped; then Slurm drops every
-        # backslash left (its escape character)
-        line = re.sub(r"(?<!\\)#.*", "", raw).replace("\\", "")
-        include = _CONF_INCLUDE.match(line)
-        if include:
-            target = include.group(1).strip('"')
-            if not os.path.isabs(target):
-                target = os.path.join(os.path.dirname(path), target)
-            found = sorted(glob.glob(target)) if glob.has_magic(target) else [target]
-            if not found:
-                named = include.group(1)
-                problems.append(f"[slurm-conf-include-missing] {shown}: Include {_plain_text(named)} names no file")
-            if _depth >= 10:
-                problems.append(f"[slurm-conf-include-too-deep] {shown}: Include nested more than 10 deep")
-                continue
-            for name in found:
-                sub_values, sub_files, sub_problems = parse_slurm_conf(name, _depth + 1, budget)
-                for key, items in sub_values.items():
-                    values.setdefault(key, []).extend(items)
-                files.extend(sub_files)
-                problems.extend(sub_problems)
-            continue
-        pos = 0
-        while True:
-            pair = _CONF_PAIR.match(line, pos)
-            if not pair:
-                break
-            values.setdefault(pair.group(1).lower(), []).append(
-                pair.group(2) if pair.group(2) is not None else pair.group(3))
-            pos = pair.end()
-    return values, files, problems
 
 
 def _proc_uids(pid):
@@ -756,15 +1182,23 @@ def _build_default_conf(pid):
             libs.setdefault(fields[5], fields[0])
     for lib, where in sorted(libs.items()):
         # a library replaced by an upgrade since slurmd started is read
-        # through the mapping itself (root's file, nobody else's to write)
-        path = f"/proc/{pid}/map_files/{where}" if lib.endswith(" (deleted)") else lib
+        # through the mapping itself (root's file, nobody else's to write);
+        # else the path slurmd mapped, resolved and judged in its root
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+            if lib.endswith(" (deleted)"):
+                fd, placed = os.open(f"/proc/{pid}/map_files/{where}", os.O_RDONLY | os.O_CLOEXEC), True
+            else:
+                with _root(pid) as root:
+                    found, _, placed = root.resolve(lib)
+                try:
+                    fd = os.open(f"/proc/self/fd/{found}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+                finally:
+                    os.close(found)
+        except (OSError, ValueError):
             continue
         try:
             st = os.fstat(fd)
-            trusted = st.st_uid == 0 and not st.st_mode & 0o022 and (path != lib or _root_file(lib))
+            trusted = stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022 and placed
             data = os.read(fd, 64 << 20) if trusted else b""
             while trusted and len(data) < st.st_size and len(data) < 64 << 20:
                 more = os.read(fd, 64 << 20)
@@ -800,12 +1234,15 @@ def _slurmds_confs(settings=None):
     conf None when neither is there. A slurmd that cannot be read, or whose
     executable another account could have written, has conf None and says
     why in how."""
+    memo, key = _memo(), ("slurmds", settings and settings["slurmd_spool_dir"])
+    if memo is not None and key in memo:
+        return memo[key]
     out = []
     for pid, exe in _running_slurmds():
         entry = {"pid": int(pid), "exe": exe, "conf": None, "how": "", "node": None}
         out.append(entry)
-        if not _trust().root_tool(exe) or not _root_only(os.path.dirname(exe)):
-            entry["how"] = f"its executable {_plain_text(exe)} is not only root's to write: not trusted"
+        if not _root_tool_in(pid, exe):
+            entry["how"] = f"its executable {_shown(exe)} is not only root's to write: not trusted"
             continue
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
@@ -815,29 +1252,63 @@ def _slurmds_confs(settings=None):
             entry["how"] = f"its command line and environment cannot be read ({exc.strerror})"
             continue
         entry["node"] = slurmd_argv(argv)[0].get("N") or None
-        conf, how = slurmd_resolves(argv, env, _build_default_conf(pid),
-                                    lambda path, root=f"/proc/{pid}/root": os.path.exists(root + path))
+        try:
+            with _root(pid) as root:
+                conf, how = slurmd_resolves(argv, env, _build_default_conf(pid), root.exists)
+            if how == "configless":
+                conf = _configless_cache(pid, settings, entry["node"])
+        except OSError as exc:
+            entry["how"] = f"its root cannot be opened ({exc.strerror})"
+            continue
         if how == "unknown":
             entry["how"] = ("it was started with neither -f nor SLURM_CONF, and its build's default slurm.conf "
                             "cannot be read from the libslurm it runs")
             continue
         if conf and not os.path.isabs(conf):
             # read before slurmd changed its directory: where, nobody can tell now
-            entry["how"] = f"it was started with the relative path {_plain_text(conf)} ({how})"
+            entry["how"] = f"it was started with the relative path {_shown(conf)} ({how})"
             continue
-        if how == "configless":
-            link = "/run/slurm/conf"
-            cache = None
-            if os.path.islink(link) and _root_only("/run/slurm"):
-                cache = os.path.join("/run/slurm", os.readlink(link), "slurm.conf")
-            # started without -N, slurmd expands %n in its spool before it
-            # knows its name (to nothing): the cache is where it put it
-            spool = _spool(settings["slurmd_spool_dir"], entry["node"] or "") if settings is not None else None
-            if cache is None and spool is not None:
-                cache = os.path.join(spool, "conf-cache", "slurm.conf")
-            conf = cache if cache and os.path.exists(cache) else None
         entry["conf"], entry["how"] = _as_slurmd_sees_it(pid, conf), how
+    if memo is not None:
+        memo[key] = out
     return out
+
+
+def _root_tool_in(pid, exe):
+    """Trust.root_tool of process PID's executable EXE, resolved and judged
+    in its root: a regular executable file of root's that no group or other
+    user can write, every directory its resolution went through one only
+    root can write."""
+    found = _resolved(pid, exe)
+    if found is None:
+        return False
+    st, placed = found
+    return placed and stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022 \
+        and bool(st.st_mode & 0o111)
+
+
+def _configless_cache(pid, settings, node):
+    """The configless slurmd PID's cache of the controller's slurm.conf, in
+    its root: where /run/slurm/conf (the link slurmd makes) leads when only
+    root can have made it, else SETTINGS' slurmd_spool_dir/conf-cache; None
+    when neither is there."""
+    cache = None
+    with _root(pid) as root:
+        try:
+            fd, st, placed = root.resolve("/run/slurm/conf", follow=False)
+            try:
+                if stat.S_ISLNK(st.st_mode) and placed:
+                    cache = posixpath.join("/run/slurm", os.readlink("", dir_fd=fd), "slurm.conf")
+            finally:
+                os.close(fd)
+        except (OSError, ValueError):
+            pass
+        # started without -N, slurmd expands %n in its spool before it
+        # knows its name (to nothing): the cache is where it put it
+        spool = _spool(settings["slurmd_spool_dir"], node or "") if settings is not None else None
+        if cache is None and spool is not None:
+            cache = posixpath.join(spool, "conf-cache", "slurm.conf")
+        return cache if cache and root.exists(cache) else None
 
 
 def _as_slurmd_sees_it(pid, conf):
@@ -854,10 +1325,10 @@ def _as_slurmd_sees_it(pid, conf):
         return conf
     theirs = f"/proc/{pid}/root{conf}"
     try:
-        mine, seen = os.stat(conf), os.stat(theirs)
+        mine, seen = os.stat(conf), _stat(theirs)
         if (mine.st_dev, mine.st_ino) == (seen.st_dev, seen.st_ino):
             return conf
-    except OSError:
+    except (OSError, ValueError):
         pass
     return theirs
 
@@ -880,7 +1351,7 @@ def _slurm_confs(settings, also=(), running=True):
         candidates += [(os.path.join(spool, "conf-cache", "slurm.conf"), "configless")]
     out, seen = [], set()
     for path, how in candidates:
-        if path and os.path.normpath(path) not in seen and os.path.lexists(path):
+        if path and os.path.normpath(path) not in seen and _lexists(path):
             seen.add(os.path.normpath(path))
             out.append((path, how))
     return out
@@ -925,7 +1396,11 @@ def chain_wired(slurm_config_dir=None):
         salt-call epilog.chain_wired
         salt-call epilog.chain_wired slurm_config_dir=/etc/slurm-old
     """
-    import glob  # pylint: disable=import-outside-toplevel
+    with _one_call():
+        return _chain_wired(slurm_config_dir)
+
+
+def _chain_wired(slurm_config_dir):
     settings, rules, layout = _config()
     confdir = os.path.normpath(slurm_config_dir or settings["slurm_config_dir"])
     mine = {confdir, os.path.realpath(confdir)}
@@ -936,15 +1411,17 @@ def chain_wired(slurm_config_dir=None):
         report["unknown"].append("no slurm.conf found ($SLURM_CONF, slurm_config_dir, /etc/slurm, slurmd's, "
                                  "the configless cache): cannot tell whether it names the chain")
     for path, _ in confs:
-        values, files, problems = parse_slurm_conf(path)
-        report["read"].extend(files)
-        if problems:
+        parsed = _parsed(path)
+        values = parsed["values"]
+        report["read"].extend(parsed["files"])
+        # a parse cut short cannot tell either
+        if parsed["problems"] or parsed["cuts"]:
             report["known"] = False
-            report["unknown"].extend(problems)
+            report["unknown"].extend(parsed["problems"] + parsed["cuts"])
         # what another account can write may say anything: it may refuse a
         # clean, never point one elsewhere (the slurm account's own file is
         # what slurmd runs: it counts, as verify judges it)
-        trusted = all(_conf_trust(name) != "untrusted" for name in files)
+        trusted = all(trust != "untrusted" for _, _, trust in parsed["sources"])
         for key in ("epilog", "prolog"):
             for value in values.get(key, []):
                 # a relative value is Slurm's, in slurm.conf's directory; the
@@ -955,17 +1432,18 @@ def chain_wired(slurm_config_dir=None):
                     where = os.path.realpath(os.path.dirname(target))
                 except ValueError:  # a NUL byte: not a path Slurm can run either
                     report["known"] = False
-                    report["unknown"].append(f"{_plain_text(path)} has {key.capitalize()}={value!r}, not a path")
+                    report["unknown"].append(f"{_shown(path)} has {key.capitalize()}={_shown(value)}, not a path")
                     continue
                 if any(p == d or p.startswith(d.rstrip("/") + "/") for d in mine for p in (resolved, where)):
-                    report["wired"].append(f"{_plain_text(path)} names {_plain_text(value)} ({key.capitalize()}=)")
+                    report["wired"].append(f"{_shown(path)} names {_shown(value)} ({key.capitalize()}=)")
                     continue
                 # the runner of another chain of this formula's (the
                 # slurm_config_dir before a rename): it no longer gets the
                 # pillar's updates, yet slurmd runs it
-                if (trusted and not glob.has_magic(value) and os.path.basename(target) == f"{key}.sh"
+                if (trusted and not _MAGIC.search(value) and os.path.basename(target) == f"{key}.sh"
                         and _roots_chain(where, rules, layout["releases"]["dir"])):
-                    report["elsewhere"].append({"conf": path, "key": key.capitalize(), "value": value, "dir": where})
+                    report["elsewhere"].append({"conf": _shown(path), "key": key.capitalize(), "value": _shown(value),
+                                                "dir": where})
                     if where not in report["old_dirs"]:
                         report["old_dirs"].append(where)
     return report
@@ -1012,6 +1490,10 @@ def _conf_problems(settings, chain, conf, found, node):
     chain, and how."""
     problems, warnings = [], []
     problems.extend(_chain_time_problems(settings, chain, conf_found=found))
+    # what reaches the answer, escaped: the file's name and what it says
+    conf = _shown(conf)
+    found = {key: [_shown(item) for item in value] if key == "_epilogs" else _shown(value)
+             for key, value in found.items()}
     epilog_sh = os.path.join(chain.confdir, chain.runners["epilog"])
     wrong = None
     if len(set(found["_epilogs"])) > 1:
@@ -1077,13 +1559,13 @@ def _changed_since_start(conf, how, pid):
         return None
     started = _started(pid)
     try:
-        changed = os.stat(conf).st_ctime
-    except OSError:
+        changed = _stat(conf).st_ctime
+    except (OSError, ValueError):
         return None
     if started is None or changed <= started + 1:
         return None
     when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(changed))
-    return (f"[slurm-conf-changed-since-start] {conf} was created or changed at {when}, after slurmd {pid} started "
+    return (f"[slurm-conf-changed-since-start] {_shown(conf)} was created or changed at {when}, after slurmd {pid} started "
             f"at {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(started))}: slurmd runs with what it read when "
             "it started (configless, if this file was not there then) until it is restarted or reconfigured "
             "(scontrol reconfigure)")
@@ -1094,9 +1576,9 @@ def _file_id(path):
     its real path): two paths of one file, through symlinks or another
     mount namespace's root, are one."""
     try:
-        st = os.stat(path)
+        st = _stat(path)
         return st.st_dev, st.st_ino
-    except OSError:
+    except (OSError, ValueError):
         return os.path.realpath(path)
 
 
@@ -1133,24 +1615,19 @@ def _judged_confs(settings):
             path, how = confs[0]
             seen.add(_file_id(path))
             judged.append((path, how, None, _host_node()))
-            warnings.append(f"[slurmd-not-running] no slurmd runs here: judged {path} (found as {how}), which no "
+            warnings.append(f"[slurmd-not-running] no slurmd runs here: judged {_shown(path)} (found as {how}), which no "
                             "running slurmd confirmed")
     out = []
     wiring = set()
     for conf, how, pid, node in judged:
-        values, files, conf_problems = parse_slurm_conf(conf)
-        problems.extend(conf_problems)
-        for name in files:
-            trust = _conf_trust(name)
-            if trust == "untrusted":
-                problems.append(f"[slurm-conf-not-root-only] {name}, which slurmd reads, is not a file only root (or "
-                                f"the {SLURM_ACCOUNT} account alone) can write: another account could have it name any "
-                                "Epilog=, and what verify reads proves nothing")
-            elif trust == "slurm":
-                warnings.append(f"[slurm-conf-owned-by-slurm] {name}, which slurmd reads, is owned by the "
-                                f"{SLURM_ACCOUNT} account: that account can run anything as root through Epilog= or "
-                                "Prolog= (slurmd runs them as root). Make it root's (chown root) unless the site "
-                                "accepts that (slurm-formula lays slurm.conf down as slurm's)")
+        parsed = _parsed(conf)
+        values = parsed["values"]
+        problems.extend(parsed["problems"])
+        # a bound reached: what was read is judged, and the rest is said
+        warnings.extend(parsed["cuts"])
+        trust_problems, trust_warnings = _trust_lines(parsed)
+        problems.extend(trust_problems)
+        warnings.extend(trust_warnings)
         found = {key: items[-1] for key, items in values.items() if key in CONF_KEYS and items}
         found["_epilogs"] = values.get("epilog", [])
         wiring.add((found.get("epilog"), found.get("prolog")))
@@ -1158,16 +1635,17 @@ def _judged_confs(settings):
         if late:
             warnings.append(late)
         if pid is not None:
-            info.append(f"slurmd {pid} reads {conf} ({_HOW.get(how, how)}): judged")
+            info.append(f"slurmd {pid} reads {_shown(conf)} ({_HOW.get(how, how)}): judged")
         out.append((conf, found, how, node))
     for path, how in _slurm_confs(settings, running=False):
         if _file_id(path) in seen or not judged:
             continue
-        values, _, _ = parse_slurm_conf(path)
+        values = _parsed(path)["values"]
         other = ((values.get("epilog") or [None])[-1], (values.get("prolog") or [None])[-1])
         if other not in wiring:
-            warnings.append(f"[slurm-conf-stale] {path} ({how}) is not the slurm.conf a running slurmd reads, and it "
-                            f"gives Epilog={other[0] or ''} Prolog={other[1] or ''}: a stale file, not judged")
+            warnings.append(f"[slurm-conf-stale] {_shown(path)} ({how}) is not the slurm.conf a running slurmd reads, "
+                            f"and it gives Epilog={_shown(other[0] or '')} Prolog={_shown(other[1] or '')}: a stale "
+                            "file, not judged")
     return out, problems, warnings, info
 
 
@@ -1224,6 +1702,11 @@ def verify(expect=None, verbose=False):
         salt 'slurm-work-01' epilog.verify verbose=True
         salt 'slurm-work-*' epilog.verify | grep -F '[slurm-conf-epilog]'
     """
+    with _one_call():
+        return _verify(expect, verbose)
+
+
+def _verify(expect, verbose):
     if not isinstance(verbose, bool):
         raise CommandExecutionError(f"verbose must be True or False, got {verbose!r}")
     problems, warnings, info = [], [], []
@@ -1402,7 +1885,7 @@ def verify(expect=None, verbose=False):
     if not judged:
         problems.extend(_chain_time_problems(settings, chain, conf_found={}))
     for conf, found, how, node in judged:
-        looked["slurm_conf"].append({"file": conf, "how": how})
+        looked["slurm_conf"].append({"file": _shown(conf), "how": how})
         more_problems, more_warnings = _conf_problems(settings, chain, conf, found, node)
         problems.extend(more_problems)
         warnings.extend(more_warnings)
@@ -1460,13 +1943,22 @@ def _answer(problems, warnings, release, verbose, looked):
     """verify's answer: result, release, problems and warnings (the few
     lines a fleet reads), and with VERBOSE what it LOOKED at. A message
     without a code (from a release tool older than this module) gets
-    [uncoded], so every line can be told by its code."""
-    problems, warnings = ([text if _CODED.match(text) else f"[uncoded] {text}" for text in map(str, texts)]
+    [uncoded], so every line can be told by its code. Each line is one
+    line, printable: a name that reached one unescaped (_shown escapes them
+    where they are put in) is escaped here, the whole line with it."""
+    problems, warnings = ([_one_line(text if _CODED.match(text) else f"[uncoded] {text}") for text in map(str, texts)]
                           for texts in (problems, warnings))
     answer = {"result": not problems, "release": release, "problems": problems, "warnings": warnings}
     if verbose:
+        looked["info"] = [_one_line(str(text)) for text in looked.get("info", [])]
         answer.update(looked)
     return answer
+
+
+def _one_line(text):
+    """TEXT as it is when every character of it prints, else escaped whole
+    by _shown: never a line break or a terminal's control sequence."""
+    return text if text.isprintable() else _shown(text)
 
 
 def _job_container(conf, found, settings, node):
@@ -1477,13 +1969,13 @@ def _job_container(conf, found, settings, node):
     plugin = (found.get("namespacetype") or found.get("jobcontainertype") or "").strip()
     if plugin.lower() not in ("job_container/tmpfs", "namespace/tmpfs"):
         return [], []
-    info = [f"{conf} has {plugin}: each job's /tmp and /dev/shm are its own, under BasePath, and Slurm removes "
+    info = [f"{_shown(conf)} has {_shown(plugin)}: each job's /tmp and /dev/shm are its own, under BasePath, and Slurm removes "
             "them at the job's end; parts 42 and 45 clean the node's /tmp and /dev/shm (what runs outside a job's "
             "namespace writes there: an ssh session pam_slurm_adopt did not adopt, a stray), never a job's"]
     container_conf = os.path.join(os.path.dirname(conf), "job_container.conf")
     node = socket.gethostname().split(".")[0]
-    if not _root_only(os.path.dirname(container_conf)):
-        return info, [f"[job-container-dir-not-root-only] {os.path.dirname(container_conf)} is not a directory only "
+    if not _root_only_in(os.path.dirname(container_conf)):
+        return info, [f"[job-container-dir-not-root-only] {_shown(os.path.dirname(container_conf))} is not a directory only "
                       "root can write (a configless cache in the spool?): its job_container.conf is not trusted for "
                       "BasePath, and stale job directories are not looked for"]
     # read as slurm.conf is: never blocking on a FIFO, a regular file only
@@ -1977,21 +2469,24 @@ def _release_program(chain, current):
 def _slurmd_view(settings):
     """({SLURMD_NODENAME, SLURM_CONF}, slurmd's pid or 0): what the running
     slurmd would give a job end, its own node name and slurm.conf (a
-    configless node's cache when it was started with neither)."""
+    configless node's cache when it was started with neither). The
+    slurmds and their slurm.conf are read once for the call (strays,
+    explain, the sweep's look at IPC objects)."""
     env = {"SLURMD_NODENAME": _host_node()}
-    found = [entry for entry in _slurmds_confs(settings) if entry["conf"] is not None]
+    with _one_call():
+        found = [entry for entry in _slurmds_confs(settings) if entry["conf"] is not None]
 
-    # of several slurmds (another cluster's beside this one), the one whose
-    # spool is the chain's (epilog:slurmd_spool_dir: its evidence is there),
-    # each expanded for that slurmd's node name
-    def theirs(entry):
-        node = entry["node"] or env["SLURMD_NODENAME"]
-        return _same_spool(_conf_spool(entry["conf"]), settings["slurmd_spool_dir"], node)
+        # of several slurmds (another cluster's beside this one), the one
+        # whose spool is the chain's (epilog:slurmd_spool_dir: its evidence
+        # is there), each expanded for that slurmd's node name
+        def theirs(entry):
+            node = entry["node"] or env["SLURMD_NODENAME"]
+            return _same_spool(_conf_spool(entry["conf"]), settings["slurmd_spool_dir"], node)
 
-    for entry in sorted(found, key=lambda entry: not theirs(entry)):
-        env["SLURM_CONF"] = entry["conf"]
-        env["SLURMD_NODENAME"] = entry["node"] or env["SLURMD_NODENAME"]
-        return env, entry["pid"]
+        for entry in sorted(found, key=lambda entry: not theirs(entry)):
+            env["SLURM_CONF"] = entry["conf"]
+            env["SLURMD_NODENAME"] = entry["node"] or env["SLURMD_NODENAME"]
+            return env, entry["pid"]
     return env, 0
 
 
@@ -2200,7 +2695,7 @@ def explain(user, job=None):
         "parts": parts,
         "decisions": [f"{level}: {text}" for level, text in decided["lines"]],
         # the slurm.conf the explained job end reads: the running slurmd's
-        "slurm_conf": {"file": view.get("SLURM_CONF"), "slurmd": slurmd_pid or None},
+        "slurm_conf": {"file": view.get("SLURM_CONF") and _shown(view["SLURM_CONF"]), "slurmd": slurmd_pid or None},
     }
     report["ssh_sessions"] = _ssh_sessions(settings, user, verdict)
     if uid is not None and settings.get("ipc_cleanup", True):

@@ -3,6 +3,7 @@ on a node laid down by the real state (the node fixture); the parser's
 table of the forms Slurm accepts is in tests/unit."""
 import os
 import pwd
+from collections import Counter
 
 import pytest
 
@@ -100,3 +101,65 @@ def test_a_slurm_conf_of_the_slurm_accounts_alone_is_a_warning_any_other_a_probl
     report = node.run("verify")
     assert report["result"] is False and any(p.startswith("[slurm-conf-not-root-only]") for p in report["problems"])
     assert not any(w.startswith("[slurm-conf-owned-by-slurm]") for w in report["warnings"]), report
+
+
+def test_an_include_glob_over_a_directory_others_can_write_and_a_hostile_name_in_it(node):
+    """slurm.conf includes conf.d/*.conf, a directory another account can
+    write, which holds a file named with a BEL, a line break, a forged
+    verdict and a terminal sequence: verify says the directory is not root's
+    alone, and the file too (it sits there), and every line of verify's and
+    chain_wired's answers is one printable line, the name escaped as the
+    records escape it."""
+    node.apply()
+    conf = node.conf_dir / "slurm.conf"
+    (node.conf_dir / "conf.d").mkdir()
+    (node.conf_dir / "conf.d").chmod(0o777)
+    name = "x\x07\nFORGED: result True, no problems\x1b[2J.conf"
+    (node.conf_dir / "conf.d" / name).write_text("ClusterName=x\n")
+    conf.write_text(conf.read_text() + "Include conf.d/*.conf\n")
+    shown = f"{node.conf_dir}/conf.d/x\\x07\\nFORGED: result True, no problems\\x1b[2J.conf"
+    report = node.run("verify", verbose=True)
+    wired = node.run("chain_wired")
+    lines = [*report["problems"], *report["warnings"], *report["info"], *wired["read"], *wired["wired"],
+             *wired["unknown"]]
+    assert all(line.isprintable() for line in lines), [line for line in lines if not line.isprintable()]
+    assert report["result"] is False
+    assert f"[slurm-conf-include-dir-not-root-only] {node.conf_dir}/conf.d, a directory an Include of slurm.conf " \
+        "lists, is not one only root (or the slurm account alone) can write: another account could put a file " \
+        "there that slurmd then reads, naming any Epilog=" in report["problems"], report["problems"]
+    assert any(p.startswith(f"[slurm-conf-not-root-only] {shown}, which slurmd reads") for p in report["problems"])
+    assert shown in wired["read"], wired
+
+
+def test_one_call_reads_each_slurm_conf_once(node):
+    """verify reads slurm.conf for the state run it makes (parts.sls asks
+    chain_wired), for its own chain_wired, to judge it and to look for
+    stale files: one call, one read of each file (counted as the opens of
+    its name, in-process, where no slurmd is in sight); the next call reads
+    them afresh."""
+    node.apply()
+    conf = node.conf_dir / "slurm.conf"
+    (node.conf_dir / "extra.conf").write_text("ClusterName=x\n")
+    conf.write_text(conf.read_text() + "Include extra.conf\n")
+
+    def counted():
+        opened, real = Counter(), os.open
+
+        def counting(path, *args, **kwargs):
+            if kwargs.get("dir_fd") is not None and path in ("slurm.conf", "extra.conf"):
+                opened[path] += 1
+            return real(path, *args, **kwargs)
+
+        os.open = counting
+        try:
+            report = node.minion("epilog.verify", verbose=True)
+            once = dict(opened)
+            node.minion("epilog.chain_wired")
+        finally:
+            os.open = real
+        return once, dict(opened), report
+
+    once, twice, report = node.isolated(counted)
+    assert {"file": str(conf), "how": "slurm_config_dir"} in report["slurm_conf"], report
+    assert once == {"slurm.conf": 1, "extra.conf": 1}, once
+    assert twice == {"slurm.conf": 2, "extra.conf": 2}, twice

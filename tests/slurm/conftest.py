@@ -212,13 +212,15 @@ def tmpfs_slurm(munge, accounts, slurm_release):
 
 
 @contextlib.contextmanager
-def running_slurm(slurm_release, cgroup=False, tmpfs=False, conf_via="env"):
+def running_slurm(slurm_release, cgroup=False, tmpfs=False, conf_via="env", place_slurmd=None):
     """A real one-node Slurm of SLURM_RELEASE, its Epilog=/Prolog= the chain
     (laid down without Salt). slurmd finds its slurm.conf by CONF_VIA:
     SLURM_CONF in its environment ("env", as a systemd Environment= line
     gives it), its -f ("-f"), or configless from slurmctld ("configless":
     --conf-server, no local file; it caches the controller's in its spool).
-    The clients always have SLURM_CONF."""
+    PLACE_SLURMD(slurm), when given, is called before slurmd starts and
+    returns (a command prefix it runs under, the path of its -f): a slurmd
+    in a mount namespace of its own. The clients always have SLURM_CONF."""
     sbin, bin_dir = SLURMS[slurm_release]["sbin"], SLURMS[slurm_release]["bin"]
     how = "bash .ci/slurm-24.11" if slurm_release == "24.11" else "bash .ci/setup"
     for tool in (sbin / "slurmctld", sbin / "slurmd", *(bin_dir / t for t in ("srun", "sbatch", "scontrol", "sinfo"))):
@@ -279,13 +281,14 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     try:
         s.cmd(str(sbin / "slurmctld"))
         wait_for(lambda: s.cmd("scontrol", "ping", check=False).returncode == 0, 30, what="slurmctld")
-        if conf_via == "env":
+        prefix, own_conf = place_slurmd(s) if place_slurmd is not None else ((), str(conf))
+        if conf_via == "env" and place_slurmd is None:
             s.cmd(str(sbin / "slurmd"))
         else:
             own = {key: value for key, value in s.env.items() if key != "SLURM_CONF"}
-            argv = ["-f", str(conf)] if conf_via == "-f" else ["--conf-server", f"{HOST}:{slurmctld_port}"]
-            subprocess.run([str(sbin / "slurmd"), *argv], env=own, capture_output=True, text=True, check=True,
-                           timeout=60)
+            argv = ["-f", own_conf] if conf_via != "configless" else ["--conf-server", f"{HOST}:{slurmctld_port}"]
+            subprocess.run([*prefix, str(sbin / "slurmd"), *argv], env=own, capture_output=True, text=True,
+                           check=True, timeout=60)
         s.wait_idle()
         version = s.cmd("scontrol", "--version").stdout.split()  # "slurm 24.11.5", "slurm-wlm 22.05.8"
         assert version and version[-1].startswith(f"{slurm_release}."), (slurm_release, version)

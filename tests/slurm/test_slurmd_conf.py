@@ -79,3 +79,38 @@ def test_with_no_slurmd_verify_says_which_file_it_judged(munge, accounts, salt_f
         assert any(w.startswith("[slurmd-not-running] no slurmd runs here: judged /etc/slurm/slurm.conf")
                    for w in ret.data["warnings"]), ret
         assert any("/etc/slurm/slurm.conf has Epilog=/usr/local/sbin/old" in p for p in ret.data["problems"]), ret
+
+
+def test_verify_judges_a_slurmd_in_a_mount_namespace_of_its_own_in_its_root(munge, accounts, salt_factories,
+                                                                           tmp_path):
+    """A real slurmd in a mount namespace of its own (a container's, a unit
+    with a private /etc) whose /etc/slurm holds its slurm.conf, root's alone
+    (0600), and, only there, the file an absolute Include of it names, with
+    Epilog=, Prolog= and PrologFlags=: verify (in-process, in the node's own
+    namespace) judges that slurm.conf in slurmd's root, finds it root's,
+    reads the Include from there (its PrologFlags=Alloc is the one judged),
+    and finds no wiring problem."""
+    with mount_namespace(fresh=("/etc/slurm",)) as ns:
+        def inside(slurm):
+            lines = slurm.conf.read_text().splitlines()
+            wiring = [line for line in lines if line.startswith(("Epilog=", "Prolog=", "PrologFlags="))]
+            for name, text in (("wiring.conf", wiring),
+                               ("slurm.conf", [line for line in lines if line not in wiring]
+                                + ["Include /etc/slurm/wiring.conf"])):
+                subprocess.run([*ns, "sh", "-c", f"umask 077 && cat > /etc/slurm/{name}"], input="\n".join(text) + "\n",
+                               text=True, check=True)
+            return ns, "/etc/slurm/slurm.conf"
+
+        with running_slurm("22.05", conf_via="-f", place_slurmd=inside) as slurm:
+            pid = int((slurm.base / "run/slurmd.pid").read_text())
+            read = f"/proc/{pid}/root/etc/slurm/slurm.conf"
+            minion = Minion(salt_factories, tmp_path / "minion")
+            minion.set_pillar(slurm.chain.pillar(localusers=["root", OPERATOR]))
+            report = minion("epilog.verify", verbose=True)
+            assert {"file": read, "how": "-f"} in report["slurm_conf"], report["slurm_conf"]
+            assert f"slurmd {pid} reads {read} (its -f): judged" in report["info"], report["info"]
+            ours = [p for p in report["problems"] if f"/proc/{pid}/root" in p]
+            assert not [p for p in ours if "[slurm-conf-not-root-only]" in p or "[slurm-conf-unreadable]" in p], ours
+            assert wiring_problems(report, read) == [], report["problems"]
+            # what only the namespace's Include gives is what verify judged
+            assert [p for p in ours if p.startswith(f"[slurm-conf-prologflags] {read} has PrologFlags=Alloc:")], ours

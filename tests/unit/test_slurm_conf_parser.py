@@ -1,6 +1,8 @@
 """The slurm.conf reader (the module's parse_slurm_conf), read the way Slurm
 reads it: a table of the forms Slurm accepts, and its bounds. Pure: files in
 tmp_path, no root, no Salt loader."""
+import os
+
 import pytest
 
 from tests.helpers import REPO, load_file
@@ -110,3 +112,166 @@ def test_a_slurm_conf_is_trusted_as_roots_or_the_slurm_accounts_alone(uid, mode,
     alone, in directories only root can write; anything else proves
     nothing."""
     assert epilog.conf_trust(uid, mode, regular, placed, slurm_uid) == verdict
+
+
+def test_a_thousand_include_globs_are_cut_and_said(tmp_path):
+    """1,000 glob Include lines over a tree of directories (the /proc/*/*
+    attack, on a temp dir) are answered within the parse's bounds: the
+    globs past CONF_GLOBS_MAX and the lines past CONF_INCLUDES_MAX are not
+    looked at, each bound reached is one [slurm-conf-cut] line, and what the
+    files say outside the Includes is still read."""
+    for i in range(10):
+        for j in range(10):
+            (tmp_path / f"x{i}" / f"y{j}").mkdir(parents=True)
+    (tmp_path / "inc.conf").write_text(f"Include {tmp_path}/*/*/nonexist*\n" * 1000 + "Epilog=/after\n")
+    (tmp_path / "slurm.conf").write_text("Include inc.conf\n")
+    values, read, problems = epilog.parse_slurm_conf(str(tmp_path / "slurm.conf"))
+    assert values["epilog"] == ["/after"]
+    assert read == [str(tmp_path / "slurm.conf"), str(tmp_path / "inc.conf")]
+    cuts = [p for p in problems if p.startswith(f"[slurm-conf-cut] {tmp_path}/slurm.conf is read only in part: ")]
+    assert any(f"more than {epilog.CONF_GLOBS_MAX} Include globs" in p for p in cuts), problems
+    assert any(f"more than {epilog.CONF_INCLUDES_MAX} Include lines" in p for p in cuts), problems
+    # a line that names no file, given a thousand times, is said once
+    assert len(problems) == len(set(problems)) and len(problems) <= 2 + len(epilog._CUT), problems
+
+
+@pytest.mark.parametrize("bound, what", [("CONF_ENTRIES_MAX", "directory entries listed"),
+                                         ("CONF_MATCHES_MAX", "files matched"), ("CONF_SECONDS", "more than 0 s"),
+                                         ("CONF_FILES_MAX", "files included")])
+def test_each_bound_of_a_parse_is_said_when_reached(tmp_path, monkeypatch, bound, what):
+    """Each bound, reached, is one [slurm-conf-cut] line that names it (the
+    bound set low here, so that a small tree reaches it)."""
+    monkeypatch.setattr(epilog, bound, 0)
+    (tmp_path / "conf.d").mkdir()
+    for i in range(3):
+        (tmp_path / f"conf.d/{i}.conf").write_text(f"Prolog=/p{i}\n")
+    (tmp_path / "slurm.conf").write_text("Include conf.d/*.conf\n")
+    _, _, problems = epilog.parse_slurm_conf(str(tmp_path / "slurm.conf"))
+    assert [p for p in problems if p.startswith("[slurm-conf-cut]") and what in p], problems
+
+
+def test_include_globs_match_as_glob3_does(tmp_path):
+    """The module's own glob (names listed through descriptors, fnmatch)
+    finds what glob(3) finds: sorted, a dotted name only by a dotted
+    pattern, through a symlinked directory, in several directories."""
+    for name in ("a/1.conf", "a/2.conf", "a/.hidden.conf", "b/3.conf", "b/x.txt"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(f"Prolog=/{name}\n")
+    (tmp_path / "c").symlink_to("a")
+    (tmp_path / "slurm.conf").write_text("Include */[12].conf\nInclude b/*.conf\nInclude a/.*.conf\n")
+    values, _, problems = epilog.parse_slurm_conf(str(tmp_path / "slurm.conf"))
+    assert problems == []
+    assert values["prolog"] == ["/a/1.conf", "/a/2.conf", "/a/1.conf", "/a/2.conf", "/b/3.conf", "/a/.hidden.conf"]
+
+
+def test_a_parse_is_made_once_per_call_and_never_kept_across_calls(tmp_path, monkeypatch):
+    """Within one call of the module (verify's chain_wired, its judging and
+    its stale-file look) a slurm.conf is read once; a file changed since is
+    read again; outside a call, and in the next call, it is read afresh."""
+    reads = []
+    real = epilog._Root.read
+    monkeypatch.setattr(epilog._Root, "read", staticmethod(lambda fd, limit: reads.append(fd) or real(fd, limit)))
+    (tmp_path / "inc.conf").write_text("Epilog=/e\n")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("Include inc.conf\n")
+    with epilog._one_call():
+        for _ in range(3):
+            assert epilog.parse_slurm_conf(str(conf))[0] == {"epilog": ["/e"]}
+        assert len(reads) == 2
+        (tmp_path / "inc.conf").write_text("Epilog=/changed\n")
+        assert epilog.parse_slurm_conf(str(conf))[0] == {"epilog": ["/changed"]}
+        assert len(reads) == 4
+    epilog.parse_slurm_conf(str(conf))
+    with epilog._one_call():
+        epilog.parse_slurm_conf(str(conf))
+    assert len(reads) == 8
+
+
+HOSTILE = "a\x07\nFORGED: result True, no problems\x1b[2J.conf"
+
+
+def test_a_hostile_file_name_reaches_no_answer_raw(tmp_path):
+    """A file named with a BEL, a line break, a forged line and a terminal
+    sequence, in a directory an Include glob lists: every name in the
+    parse's answer, and every line verify would give of it, is one
+    printable line (system.show's escaping); and a line that reached the
+    answer unescaped is escaped whole there."""
+    (tmp_path / "conf.d").mkdir()
+    (tmp_path / "conf.d" / HOSTILE).write_text("Prolog=/p\n")
+    (tmp_path / "conf.d" / "bad\nname.conf").mkdir()  # not a regular file: a problem that names it
+    (tmp_path / "slurm.conf").write_text("Include conf.d/*.conf\n")
+    parsed = epilog._parsed(str(tmp_path / "slurm.conf"))
+    lines = parsed["files"] + parsed["problems"] + [name for name, _, _ in parsed["sources"]]
+    lines += [line for group in epilog._trust_lines(parsed) for line in group]
+    assert any("FORGED" in line for line in parsed["files"]) and any("bad" in line for line in parsed["problems"])
+    assert all(line.isprintable() for line in lines), lines
+    assert f"{tmp_path}/conf.d/a\\x07\\nFORGED: result True, no problems\\x1b[2J.conf" in parsed["files"]
+    answer = epilog._answer(["[x] a\nb"], ["[y] \x1b[2J"], None, True, {"info": ["c\rd"]})
+    assert answer["problems"] == ["[x] a\\nb"] and answer["warnings"] == ["[y] \\x1b[2J"] \
+        and answer["info"] == ["c\\rd"], answer
+
+
+def test_a_directory_an_include_lists_that_others_can_write_is_a_problem(tmp_path):
+    """An Include glob's directory that another account can write (here
+    group and others) could hold any file slurmd reads: a coded problem
+    that names it, as a file of slurm.conf's another account can write is."""
+    (tmp_path / "conf.d").mkdir()
+    (tmp_path / "conf.d").chmod(0o777)
+    (tmp_path / "slurm.conf").write_text("Include conf.d/*.conf\n")
+    problems, _ = epilog._trust_lines(epilog._parsed(str(tmp_path / "slurm.conf")))
+    assert any(p.startswith(f"[slurm-conf-include-dir-not-root-only] {tmp_path}/conf.d, a directory an Include")
+               for p in problems), problems
+
+
+LINKS = {"abs": "{dir}/a/file", "rel": "a/file", "chain": "a/../abs", "dir": "a", "loop": "loop",
+         "dangling": "none", "above-root": "/../../../{dir}/a/file"}
+PATHS = ["abs", "rel", "chain", "dir/file", "dir/../a/file", "loop", "dangling", "a/file/x", "none/file",
+         "above-root"]
+
+
+@pytest.mark.parametrize("name", PATHS)
+def test_a_path_is_resolved_in_a_root_as_the_kernel_resolves_it(tmp_path, name):
+    """The module's walk (one name at a time, symlinks resolved in the
+    root, .. never above it) and the kernel (openat2's RESOLVE_IN_ROOT,
+    and a plain stat) name the same file, or fail alike."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a/file").write_text("x\n")
+    for link, target in LINKS.items():
+        (tmp_path / link).symlink_to(target.replace("{dir}", str(tmp_path)))
+    path = f"{tmp_path}/{name}"
+
+    def ident(how):
+        try:
+            st = how(path)
+            return st.st_dev, st.st_ino
+        except OSError as exc:
+            return exc.errno
+
+    def walked(path):
+        fd, st, _ = root.resolve(path)
+        os.close(fd)
+        return st
+
+    root = epilog._Root()
+    try:
+        assert ident(os.stat) == ident(root.stat) == ident(walked)
+    finally:
+        root.close()
+
+
+def test_a_root_whose_process_has_ended_is_a_problem_not_an_error():
+    """A slurmd that ended between the look at /proc and the read: its
+    slurm.conf cannot be read, said as such."""
+    _, read, problems = epilog.parse_slurm_conf("/proc/999999999/root/etc/slurm/slurm.conf")
+    assert read == [] and problems == ["[slurm-conf-unreadable] /proc/999999999/root/etc/slurm/slurm.conf cannot be "
+                                       "read: No such file or directory"], problems
+
+
+def test_a_path_of_too_many_names_is_refused_not_walked(tmp_path):
+    """An Include of a path of a million names (within the 4 MiB a file
+    may give) is refused after _STEPS_MAX of them, as the kernel refuses a
+    path longer than PATH_MAX."""
+    (tmp_path / "slurm.conf").write_text("Include " + "./" * 1000000 + "x.conf\n")
+    _, read, problems = epilog.parse_slurm_conf(str(tmp_path / "slurm.conf"))
+    assert len(read) == 1 and len(problems) == 1 and "File name too long" in problems[0], problems
+    assert len(problems[0]) < 5000, len(problems[0])

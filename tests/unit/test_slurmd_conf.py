@@ -2,15 +2,14 @@
 _establish_configuration resolves it from its own command line and
 environment: a table of what sites run (a build under a prefix, a unit that
 sets SLURM_CONF, -f, configless with --conf-server or with no local file,
-24.11's re-exec on reconfigure). No slurmd; the last test needs root (a
-mount namespace of its own)."""
+24.11's re-exec on reconfigure). No slurmd, no root: a slurmd in a mount
+namespace of its own is tests/node/test_slurm_conf_root.py's."""
 import os
-import subprocess
 import time
 
 import pytest
 
-from tests.helpers import REPO, load_file, mount_namespace
+from tests.helpers import REPO, load_file
 
 epilog = load_file(REPO / "_modules/epilog.py", "epilog_module_slurmd_conf")
 
@@ -109,15 +108,3 @@ def test_one_file_by_two_paths_is_one_and_slurmds_own_view_counts(tmp_path):
     assert epilog._as_slurmd_sees_it(os.getpid(), str(conf)) == str(conf)
     assert epilog._as_slurmd_sees_it(os.getpid(), None) is None
 
-
-def test_a_slurmd_in_another_mount_namespace_is_read_through_its_root(tmp_path):
-    """A process in a mount namespace where /etc/slurm is another
-    directory: its /etc/slurm/slurm.conf is read through /proc/PID/root; a
-    file it shares with this one keeps its path."""
-    with mount_namespace(fresh=("/etc/slurm",)) as ns:
-        holder = int(ns[1].split("=", 1)[1])
-        subprocess.run([*ns, "sh", "-c", "echo Epilog=/theirs > /etc/slurm/slurm.conf"], check=True)
-        assert epilog._as_slurmd_sees_it(holder, "/etc/slurm/slurm.conf") == f"/proc/{holder}/root/etc/slurm/slurm.conf"
-        shared = tmp_path / "shared.conf"
-        shared.write_text("x\n")
-        assert epilog._as_slurmd_sees_it(holder, str(shared)) == str(shared)

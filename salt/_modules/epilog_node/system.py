@@ -183,16 +183,23 @@ class Trust:
     def __init__(self):
         self._seen = {}
 
+    @staticmethod
+    def root_dir(st, last):
+        """The rule for one directory, from its lstat ST: a real directory
+        of root's that no group and no other user can write, or, when it is
+        not the LAST (the one a file sits in) but an ancestor, one that is
+        sticky."""
+        return (stat.S_ISDIR(st.st_mode) and st.st_uid == 0
+                and (not st.st_mode & 0o022 or (not last and st.st_mode & stat.S_ISVTX)))
+
     def _dir(self, path, last):
         key = (path, last)
         if key not in self._seen:
             try:
-                st = os.lstat(path)
-                ok = (stat.S_ISDIR(st.st_mode) and st.st_uid == 0
-                      and (not st.st_mode & 0o022 or (not last and st.st_mode & stat.S_ISVTX)))
+                ok = self.root_dir(os.lstat(path), last)
             except OSError:
                 ok = False
-            self._seen[key] = ok
+            self._seen[key] = bool(ok)
         return self._seen[key]
 
     def root_only(self, directory):
