@@ -516,7 +516,6 @@ def _managed(preview, chain):
 
 
 _CONF_PAIR = re.compile(r'\s*([A-Za-z][A-Za-z0-9_]*)\s*=\s*(?:"([^"]*)"|(\S*))')
-_CONF_INCLUDE = re.compile(r"\s*include\s+(\S.*?)\s*\Z", re.I)
 CONF_KEYS = ("epilog", "prolog", "prologflags", "slurmdspooldir", "epilogtimeout", "prologtimeout",
              "prologepilogtimeout", "proctracktype", "jobcontainertype", "namespacetype")
 
@@ -987,11 +986,10 @@ def _parse_into(root, path, parsed, bounds, depth):
         # '#' starts a comment unless escaped; then Slurm drops every
         # backslash left (its escape character)
         line = re.sub(r"(?<!\\)#.*", "", raw).replace("\\", "")
-        include = _CONF_INCLUDE.match(line)
-        if include:
+        named = _include_of(line)
+        if named is not None:
             if not bounds.take("includes"):
                 continue
-            named = include.group(1)
             target = named.strip('"')
             if not target.startswith("/"):
                 target = posixpath.join(posixpath.dirname(path), target)
@@ -1016,6 +1014,19 @@ def _parse_into(root, path, parsed, bounds, depth):
             values.setdefault(pair.group(1).lower(), []).append(
                 pair.group(2) if pair.group(2) is not None else pair.group(3))
             pos = pair.end()
+
+
+def _include_of(line):
+    """What an Include LINE of slurm.conf names (its value, trimmed), or
+    None when it is no Include: the word, any case, then whitespace and a
+    value. Split, not matched by a regular expression: a lazy one retried
+    its trailing whitespace at every character of a long run of it, and a
+    line of 4 MiB a user may write in an included file held the parse for
+    hours."""
+    text = line.strip()
+    if len(text) < 9 or text[:7].lower() != "include" or not text[7].isspace():
+        return None
+    return text[8:].strip()
 
 
 def _trust_lines(parsed):

@@ -25,6 +25,9 @@ FORMS = [
                                "conf.d/10.conf": "Epilog=/second\n", "conf.d/20.conf": f"Epilog={EPILOG}\n"},
      ["/first", "/second", EPILOG]),
     ("include-absolute", {"slurm.conf": "Include {dir}/abs.conf\n", "abs.conf": f"Epilog={EPILOG}\n"}, [EPILOG]),
+    ("include-any-case-and-blanks", {"slurm.conf": "  INCLUDE\t  epilog.conf \t\n", "epilog.conf": f"Epilog={EPILOG}\n"},
+     [EPILOG]),
+    ("include-alone-is-no-include", {"slurm.conf": f"include\nIncludes=x\nEpilog={EPILOG}\n"}, [EPILOG]),
 ]
 
 
@@ -51,6 +54,16 @@ def test_parser_reads_a_bounded_number_of_files_whatever_includes_what(tmp_path)
     (tmp_path / "nul.conf").write_bytes(b"Include /etc/\x00passwd\n")
     _, _, problems = epilog.parse_slurm_conf(str(tmp_path / "nul.conf"))
     assert problems and "cannot be read" in problems[0], problems
+
+
+def test_an_include_line_of_a_million_blanks_is_read_in_one_pass(tmp_path):
+    """A user who can write an included file wrote one Include line whose
+    value is followed by a long run of blanks and one more character: a
+    lazy regular expression retried the run at every character (hours at
+    4 MiB). The line is split instead; its value is all of it."""
+    (tmp_path / "slurm.conf").write_text("Include x" + " " * 1_000_000 + "y\n")
+    _, _, problems = epilog.parse_slurm_conf(str(tmp_path / "slurm.conf"))
+    assert len(problems) == 1 and problems[0].endswith("cannot be read: File name too long"), problems[0][-80:]
 
 
 def test_parser_names_an_include_it_cannot_read(tmp_path):
