@@ -1851,8 +1851,9 @@ def _verify(expect, verbose):
             pwd.getpwnam(name)
         except KeyError:
             problems.append(f"[localuser-unresolved] epilog:localusers names {name!r}, which does not resolve on this "
-                            "node: the guard cannot tell whether a job's uid is theirs, so no job end acts here (make "
-                            "the account, or take the name off the list)")
+                            "node: the guard cannot tell whether a job's uid is theirs, so no job end acts here, and "
+                            "under ssh_access listfile no job start grants anybody an ssh line (make the account, or "
+                            "take the name off the list)")
 
     if _bound_socket_files() is None:
         problems.append("[sock-diag-unreadable] the kernel's unix socket diagnostics (NETLINK_SOCK_DIAG) cannot be "

@@ -268,3 +268,62 @@ def test_a_big_set_used_by_another_uid_since_it_was_judged_is_left_alone(account
     assert in_namespaces(inside, pid=False, ipc=True) == [
         "remove", True, True, (False, ipc.LATE), (False, "used by a live process of another uid since it was judged"),
         (True, "")]
+
+
+def test_a_pid_handed_out_again_after_a_sets_last_use_does_not_keep_it(accounts):
+    """A pid is a number the kernel hands out again. Alicex's process
+    operates on semaphore #1 of root's set and ends; once the clock has
+    passed that use (and the slack), another process of hers is given the
+    same pid (ns_last_pid, in a pid namespace of the test's own: the kernel's
+    own way to ask for a pid, as a fork loop that sweeps every pid gets it).
+    The live process at the set's last pid began after the last use: not
+    its user, and the set goes; the process that did use it, alive, keeps
+    it. In an IPC namespace of the test's own."""
+    ipc = node("ipc")
+    other = uid_of(OTHER)
+
+    def inside():
+        import ctypes  # pylint: disable=import-outside-toplevel
+        import os  # pylint: disable=import-outside-toplevel
+        import time  # pylint: disable=import-outside-toplevel
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        ident = libc.semget(0, 2, 0o1666)
+
+        def alicex(operate):
+            """A process of alicex's (on semaphore #1 when OPERATE), which
+            waits for a byte: (pid, its pipe's write end)."""
+            (said, says), (wait, done) = os.pipe(), os.pipe()
+            child = os.fork()
+            if child == 0:  # pragma: no cover - the child
+                try:
+                    os.setgid(other)
+                    os.setuid(other)
+                    ok = not operate or libc.semop(ident, (ctypes.c_short * 3)(1, 1, 0), 1) == 0
+                    os.write(says, b"y" if ok else b"n")
+                    os.read(wait, 1)
+                finally:
+                    os._exit(0)
+            assert os.read(said, 1) == b"y"
+            return child, done
+
+        def judged():
+            row = next(r for r in ipc.read_rows("sem") if r["semid"] == ident)
+            return ipc.decide("sem", row, 0, ipc.live_uid, ipc.sem_pids(ident, 2)).action
+
+        user, done = alicex(True)
+        seen = [judged()]  # the user itself, alive
+        os.write(done, b"x")
+        os.waitpid(user, 0)
+        row = next(r for r in ipc.read_rows("sem") if r["semid"] == ident)
+        while time.time() <= ipc.used_at("sem", row) + ipc.SLACK + 1:
+            time.sleep(0.05)  # (the event waited for is the clock passing the last use)
+        with open("/proc/sys/kernel/ns_last_pid", "w") as handle:
+            handle.write(str(user - 1))
+        again, done = alicex(False)
+        seen += [again == user, user in ipc.sem_pids(ident, 2), judged()]
+        os.write(done, b"x")
+        os.waitpid(again, 0)
+        return seen
+
+    assert in_namespaces(inside, pid=True, ipc=True) == ["keep", True, True, "remove"]

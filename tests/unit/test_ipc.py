@@ -21,7 +21,17 @@ SHM = ("       key      shmid perms                  size  cpid  lpid nattch   u
 SEM = "       key      semid perms      nsems   uid   gid  cuid  cgid      otime      ctime\n"
 MSG = ("       key      msqid perms      cbytes       qnum lspid lrpid   uid   gid  cuid  cgid      stime      rtime      "
        "ctime\n")
-LIVE = {100: ALICE, 200: BOB, 300: OPERATOR}
+# pid: (real uid, when it started); 400 is bob's process that took a pid
+# after the objects' last use (1700000000 in the rows below)
+LIVE = {100: (ALICE, 1600000000), 200: (BOB, 1600000000), 300: (OPERATOR, 1600000000),
+        400: (BOB, 1700000000 + ipc.SLACK + 1)}
+
+
+def live(pid, by=None):
+    """ipc.live_uid over the table: the real uid of a live process that
+    started no later than BY and the slack."""
+    uid, started = LIVE.get(pid, (None, 0))
+    return None if by is not None and started > by + ipc.SLACK else uid
 
 
 def shm(ident, uid, cuid, nattch, size=4 << 20):
@@ -39,7 +49,7 @@ def msg(ident, uid, cuid, lspid=0, lrpid=0):
 def one(kind, text, pids=()):
     rows = ipc.rows(text)
     assert len(rows) == 1
-    return ipc.decide(kind, rows[0], ALICE, LIVE.get, pids)
+    return ipc.decide(kind, rows[0], ALICE, live, pids)
 
 
 @pytest.mark.parametrize("kind, text, pids, action", [
@@ -58,12 +68,15 @@ def one(kind, text, pids=()):
     ("sem", SEM + sem(2, ALICE, ALICE), (), "remove"),
     ("sem", SEM + sem(2, ALICE, ALICE), (100, 4242), "remove"),  # her own, and a pid that is gone
     ("sem", SEM + sem(2, ALICE, ALICE), (100, 200), "keep"),  # bob used it last, and lives
+    # bob's process took the pid that last used it after that use: a number
+    # handed out again, not its user
+    ("sem", SEM + sem(2, ALICE, ALICE), (100, 400), "remove"),
     ("msg", MSG + msg(3, ALICE, ALICE), (), "remove"),
     ("msg", MSG + msg(3, ALICE, ALICE, lspid=100, lrpid=300), (), "keep"),
     ("msg", MSG + msg(3, ALICE, ALICE, lspid=4242, lrpid=-1), (), "remove"),
 ], ids=["unattached", "attached", "given-to-an-ordinary-account", "given-to-root", "given-to-an-operator",
         "given-to-a-system-account", "created-by-an-operator", "created-by-root", "not-hers", "sem",
-        "sem-own-and-dead-pids", "sem-used-by-another", "msg",
+        "sem-own-and-dead-pids", "sem-used-by-another", "sem-pid-taken-after-its-use", "msg",
         "msg-read-by-an-operator", "msg-dead-pids"])
 def test_each_object_is_judged_by_its_row(kind, text, pids, action):
     verdict = one(kind, text, pids)
@@ -86,7 +99,7 @@ def test_a_row_that_is_not_the_kernels_is_no_object(text):
 def test_thousands_of_objects_are_judged_each_once():
     text = SHM + "".join(shm(i, ALICE, ALICE, i % 2) for i in range(4096))
     verdicts, left = ipc.judge_all(ALICE, read=lambda kind: ipc.rows(text) if kind == "shm" else [],
-                                   live=LIVE.get, pids=lambda ident, n, deadline: [])
+                                   live=live, pids=lambda ident, n, deadline: [])
     assert left == 0
     assert len(verdicts) == 4096 and sum(v.action == "remove" for v in verdicts) == 2048
     assert all(v.bytes == 4 << 20 for v in verdicts)
@@ -112,7 +125,7 @@ def test_the_record_and_the_metrics_count_removed_and_kept_by_why():
 
 def test_a_set_whose_last_users_cannot_be_told_is_kept():
     row = ipc.rows(SEM + sem(2, ALICE, ALICE))[0]
-    assert ipc.decide("sem", row, ALICE, LIVE.get, None).action == "keep"
+    assert ipc.decide("sem", row, ALICE, live, None).action == "keep"
 
 
 def test_a_big_set_is_judged_by_every_semaphores_last_pid():
@@ -122,15 +135,15 @@ def test_a_big_set_is_judged_by_every_semaphores_last_pid():
     row = ipc.rows(SEM + sem(2, ALICE, ALICE, nsems=300))[0]
     by_semaphore = [100] * 300
     by_semaphore[200] = 200
-    assert ipc.decide("sem", row, ALICE, LIVE.get, by_semaphore).action == "keep"
+    assert ipc.decide("sem", row, ALICE, live, by_semaphore).action == "keep"
     by_semaphore[200] = 4242
-    assert ipc.decide("sem", row, ALICE, LIVE.get, by_semaphore).action == "remove"
+    assert ipc.decide("sem", row, ALICE, live, by_semaphore).action == "remove"
     asked = []
 
     def pids(ident, nsems, deadline):
         asked.append((ident, nsems))
         return sorted({100, 200})
-    verdicts, left = ipc.judge_all(ALICE, read=lambda kind: [row] if kind == "sem" else [], live=LIVE.get, pids=pids)
+    verdicts, left = ipc.judge_all(ALICE, read=lambda kind: [row] if kind == "sem" else [], live=live, pids=pids)
     assert asked == [(2, 300)] and left == 0 and [v.action for v in verdicts] == ["keep"]
 
 
@@ -139,7 +152,7 @@ def test_a_set_not_read_whole_by_the_deadline_is_left_for_want_of_time():
     deadline cut is left (counted, judged again later), and the objects
     after it too; sem_pids says LATE before its first GETPID past it."""
     rows = ipc.rows(SEM + sem(2, ALICE, ALICE, nsems=32000) + sem(3, ALICE, ALICE))
-    verdicts, left = ipc.judge_all(ALICE, read=lambda kind: rows if kind == "sem" else [], live=LIVE.get,
+    verdicts, left = ipc.judge_all(ALICE, read=lambda kind: rows if kind == "sem" else [], live=live,
                                    pids=lambda ident, nsems, deadline: ipc.LATE if nsems > 2 else [])
     assert [v.id for v in verdicts] == [3] and left == 1
     assert ipc.sem_pids(2, 32000, deadline=0) == ipc.LATE
@@ -148,7 +161,7 @@ def test_a_set_not_read_whole_by_the_deadline_is_left_for_want_of_time():
 def test_judging_stops_at_its_deadline_and_counts_what_it_left():
     text = SHM + "".join(shm(i, ALICE, ALICE, 0) for i in range(100))
     verdicts, left = ipc.judge_all(ALICE, read=lambda kind: ipc.rows(text) if kind == "shm" else [],
-                                   live=LIVE.get, pids=lambda ident, n, deadline: [], deadline=0)
+                                   live=live, pids=lambda ident, n, deadline: [], deadline=0)
     assert verdicts == [] and left == 100
 
 
@@ -166,7 +179,7 @@ def test_a_gift_is_its_creators_at_the_job_end_and_between_jobs_alike():
     def read(kind):
         return ipc.rows(texts[kind])
     assert ipc.holders(read) == {ALICE, OPERATOR, 0}
-    verdicts, left = ipc.judge_all(ALICE, read=read, live=LIVE.get, pids=lambda ident, n, deadline: [])
+    verdicts, left = ipc.judge_all(ALICE, read=read, live=live, pids=lambda ident, n, deadline: [])
     assert left == 0 and sorted((v.id, v.action) for v in verdicts) == [(1, "remove"), (2, "remove"),
                                                                           (4, "remove"), (6, "remove")]
 

@@ -15,8 +15,15 @@ objects a look judges are their creators). Of the user's objects:
 * a segment stays while any process is attached to it (nattch > 0);
 * a semaphore set or a queue stays while the last process that operated on
   it (every semaphore's sempid, by GETPID, however many the set has; a
-  queue's lspid, lrpid) is a live process of another uid: someone else
-  still uses it;
+  queue's lspid, lrpid) is a live process of another uid that started no
+  later than that use (a set's otime or ctime, whichever is later; a
+  queue's stime, rtime): someone else still uses it. A pid is a number the
+  kernel hands out again: a user who had her fork loop's children touch
+  a semaphore each, every free pid in turn, would otherwise hold her sets
+  for as long as any process of anybody's, the chain's own included, took
+  one of those numbers later. A process that began after the last use
+  cannot be the one that used it (the times are whole seconds: one second
+  of slack);
 * a set whose semaphores cannot all be read before the deadline is left
   for want of time (counted as left, and judged again at a later job end
   or between jobs), never judged by some of them;
@@ -81,11 +88,27 @@ def rows(text, uid=None):
     return out
 
 
+# a process that started up to this many seconds after an object's last
+# use may still be its user (the kernel keeps that time in whole seconds,
+# and a process's start is read to a tick from a boot time in seconds)
+SLACK = 2
+
+
+def used_at(kind, row, which="lspid"):
+    """When the last pids of an object were recorded: a set's later of its
+    otime (semop) and ctime (SETVAL, SETALL, IPC_SET); a queue's stime for
+    its lspid, rtime for its lrpid (its ctime when those are 0)."""
+    if kind == "sem":
+        return max(row.get("otime", 0), row.get("ctime", 0))
+    return row.get("stime" if which == "lspid" else "rtime", 0) or row.get("ctime", 0)
+
+
 def decide(kind, row, uid, live, last_pids=()):
     """A Verdict for one object of KIND (shm, sem, msg) whose /proc row is
     ROW, at the end of UID's last job, or None when it is not the user's
-    (UID did not create it: whoever owns it now). LIVE(pid) -> the real uid
-    of a live process, or None; LAST_PIDS: the last pids of a semaphore
+    (UID did not create it: whoever owns it now). LIVE(pid, by) -> the real
+    uid of a live process PID that started no later than BY (an epoch, the
+    object's last use) and SLACK, or None; LAST_PIDS: the last pids of a semaphore
     set's semaphores, every one of them (None: they cannot be told, and the
     set is kept)."""
     ident = row.get("shmid" if kind == "shm" else "semid" if kind == "sem" else "msqid")
@@ -104,10 +127,11 @@ def decide(kind, row, uid, live, last_pids=()):
         return verdict("remove", "unattached")
     if kind == "sem" and last_pids is None:
         return verdict("keep", "its semaphores' last users cannot be told")
-    pids = list(last_pids) if kind == "sem" else [row.get("lspid", 0), row.get("lrpid", 0)]
-    for pid in pids:
+    pids = [(pid, used_at(kind, row)) for pid in last_pids] if kind == "sem" else [
+        (row.get(which, 0), used_at(kind, row, which)) for which in ("lspid", "lrpid")]
+    for pid, by in pids:
         if pid and pid > 0:
-            holder = live(pid)
+            holder = live(pid, by)
             if holder is not None and holder != uid:
                 return verdict("keep", "last used by a live process of another uid")
     return verdict("remove", "no live process of another uid uses it")
@@ -134,16 +158,44 @@ def holders(read=read_rows):
     return out
 
 
-def live_uid(pid):
-    """The real uid of the live process PID, or None."""
-    fields = system.status(pid)
-    if not system.alive(fields):
+def live_uid(pid, by=None):
+    """The real uid of the live process PID, or None; with BY (an epoch),
+    None too when it started more than SLACK after BY (a pid handed out
+    again since, not the process that used an object then), or is this
+    process or its parent (the chain's own). Its status and stat are read
+    through one descriptor of /proc/PID, so both are the same process's."""
+    if int(pid) in (os.getpid(), os.getppid()):
         return None
+    try:
+        fd = os.open("/proc/%d" % int(pid), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        fields = system.status_in(fd)
+        if not system.alive(fields):
+            return None
+        if by is not None:
+            start = system.start_ticks(system.read_in(fd, "stat", 4096))
+            boot = _boot()
+            if start is not None and boot is not None and boot + start / _TICKS[0] > by + SLACK:
+                return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     uids = system.uids_of(fields)
     return uids[0] if uids else None
 
 
 _LIBC = []
+_BOOT, _TICKS = [], [100]
+
+
+def _boot():
+    if not _BOOT:
+        _BOOT.append(system.boot_time())
+        _TICKS[0] = os.sysconf("SC_CLK_TCK")
+    return _BOOT[0]
 
 
 def _libc():
@@ -201,9 +253,12 @@ def _stat(ctypes, libc, kind, ident):
     def num(offset, size, signed=False):
         return int.from_bytes(raw[offset:offset + size], "little", signed=signed)
 
+    # sem_otime, or a queue's msg_stime and msg_rtime, follow the 48-byte ipc_perm
+    times = {"otime": num(48, 8, True), "stime": num(48, 8, True), "rtime": num(56, 8, True)}
     return {"key": num(_KEY, 4, True), "uid": num(_UID, 4), "cuid": num(_CUID, 4),
             "ctime": num(_CTIME[kind], 8, True), "nattch": num(_NATTCH, 8) if kind == "shm" else 0,
-            "pids": (num(_LSPID, 4, True), num(_LSPID + 4, 4, True)) if kind == "msg" else ()}
+            "pids": (num(_LSPID, 4, True), num(_LSPID + 4, 4, True)) if kind == "msg" else (),
+            "times": times}
 
 
 # a queue's lspid and lrpid in x86_64 glibc's msqid_ds
@@ -238,7 +293,10 @@ def remove(verdict, live=None, nsems=0, deadline=None):
             return False, LATE
         if pids is None:
             return False, "its semaphores' last users cannot be told"
-        if any(pid > 0 and live(pid) not in (None, verdict.job_uid) for pid in pids):
+        used = dict(now["times"], ctime=now["ctime"])
+        pids = [(pid, used_at(verdict.kind, used)) for pid in pids] if verdict.kind == "sem" else [
+            (pids[0], used_at("msg", used, "lspid")), (pids[1], used_at("msg", used, "lrpid"))]
+        if any(pid > 0 and live(pid, by) not in (None, verdict.job_uid) for pid, by in pids):
             return False, "used by a live process of another uid since it was judged"
     if verdict.kind == "shm":
         rc = libc.shmctl(ctypes.c_int(verdict.id), ctypes.c_int(IPC_RMID), None)
@@ -260,10 +318,10 @@ def cached(live):
     """LIVE, asked once per pid."""
     seen = {}
 
-    def ask(pid):
-        if pid not in seen:
-            seen[pid] = live(pid)
-        return seen[pid]
+    def ask(pid, by=None):
+        if (pid, by) not in seen:
+            seen[pid, by] = live(pid, by)
+        return seen[pid, by]
     return ask
 
 

@@ -84,24 +84,12 @@ system_uid = guard.system_uid
 
 
 def age_of(stat_text, boot, ticks, now):
-    """Seconds PID has run, from its /proc/PID/stat text (the name in it may
-    hold anything: the fields after its last ") " count), the boot epoch and
+    """Seconds PID has run, from its /proc/PID/stat text, the boot epoch and
     the clock's ticks per second; None when it cannot be read."""
-    try:
-        start = int(stat_text.rsplit(b") ", 1)[1].split()[19])
-    except (IndexError, ValueError):
+    start = system.start_ticks(stat_text)
+    if start is None:
         return None
     return max(0, int(now - boot - start / ticks))
-
-
-def boot_time():
-    try:
-        for row in system.read_file("/proc/stat", 1 << 16).split(b"\n"):
-            if row.startswith(b"btime "):
-                return int(row.split()[1])
-    except (OSError, IndexError, ValueError):
-        pass
-    return None
 
 
 def processes(me, now):
@@ -111,7 +99,7 @@ def processes(me, now):
     cgroup): its command line is never read (that read waits on the
     process's memory map, which a process stuck on a hung file system
     holds), so its command is its name."""
-    boot, ticks = boot_time(), os.sysconf("SC_CLK_TCK")
+    boot, ticks = system.boot_time(), os.sysconf("SC_CLK_TCK")
     slots = set(system.UID_MAX_REAL - i for i in range(parts.KILL_SLOTS))
     out = {}
     for pid in system.pids():

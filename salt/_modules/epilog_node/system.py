@@ -343,12 +343,56 @@ def status(pid):
         return None
     finally:
         os.close(fd)
+    return _fields(data)
+
+
+def read_in(directory_fd, name, limit):
+    """Up to LIMIT bytes of the file NAME in the directory DIRECTORY_FD
+    (a /proc/PID: the same process's, whatever its pid names later)."""
+    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=directory_fd)
+    try:
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
+def status_in(proc_fd):
+    """status() of the process whose /proc/PID directory PROC_FD is, or
+    None when it has ended."""
+    try:
+        return _fields(read_in(proc_fd, "status", 8192))
+    except OSError:
+        return None
+
+
+def _fields(data):
     out = {}
     for line in data.decode("utf-8", "replace").split("\n"):
         key, sep, value = line.partition(":")
         if sep:
             out[key] = value.strip()
     return out
+
+
+def boot_time():
+    """The boot's epoch (/proc/stat's btime), or None."""
+    try:
+        for row in read_file("/proc/stat", 1 << 16).split(b"\n"):
+            if row.startswith(b"btime "):
+                return int(row.split()[1])
+    except (OSError, IndexError, ValueError):
+        pass
+    return None
+
+
+def start_ticks(stat_text):
+    """When a process started, in clock ticks since the boot, from its
+    /proc/PID/stat text (the name in it may hold anything: the fields after
+    its last ") " count), or None."""
+    try:
+        return int(stat_text.rsplit(b") ", 1)[1].split()[19])
+    except (IndexError, ValueError):
+        return None
 
 
 def uids_of(fields):
