@@ -78,3 +78,15 @@ def test_the_deadline_stops_the_walk_and_counts_an_error(tmp_path):
     chain(tmp_path, 5)
     assert parts._clear(str(tmp_path), os.getuid(), time.monotonic() - 1) == (0, 1)
     assert len(os.listdir(tmp_path)) == 2
+
+
+def test_part_42_shares_its_time_so_a_tree_no_walk_gets_through_leaves_the_rest_theirs():
+    """Every user's part 42 walks all of /tmp (another's entry may lie in a
+    user's tree): a tree of millions, which no walk gets through, takes at
+    most its share of the time, and /dev/shm and System V IPC keep theirs;
+    a step that ends early leaves its time to the next."""
+    assert parts.share_until(100.0, parts.SHARES, now=0.0) == 50.0  # /tmp: half
+    assert parts.share_until(100.0, parts.SHARES[1:], now=50.0) == 75.0  # /dev/shm: half of what is left
+    assert parts.share_until(100.0, parts.SHARES[1:], now=10.0) == 55.0  # /tmp done early: more for the rest
+    assert parts.share_until(100.0, parts.SHARES[2:], now=75.0) == 100.0  # IPC: the rest
+    assert parts.share_until(100.0, parts.SHARES, now=120.0) == 120.0  # past the deadline: nothing

@@ -859,12 +859,28 @@ def _clear(top, uid, deadline, test=False):
     return _Clear(uid, deadline, test).run(top)
 
 
+# part 42's time, shared: /tmp's walk, then /dev/shm's, then System V IPC,
+# each until its share of what is left (time one leaves unused goes to the
+# next), so that a tree no walk gets through in time (a user's millions of
+# entries, which every user's part 42 walks: another's entry may lie in it)
+# leaves /dev/shm and IPC their time
+SHARES = (2, 1, 1)
+
+
+def share_until(deadline, shares, now=None):
+    """When a step whose share is SHARES[0], of the steps SHARES still to
+    run, is to stop, of the time left until DEADLINE."""
+    now = time.monotonic() if now is None else now
+    return now + max(0.0, deadline - now) * shares[0] / float(sum(shares))
+
+
 def cleanup(ctx):
     uid = ctx.act_uid
     removed = errors = 0
     would = observing(ctx.settings)
-    for top in CLEANED:
-        done, failed = _clear(top, uid, ctx.deadline, test=would)
+    shares = SHARES if ctx.settings.get("ipc_cleanup", True) else SHARES[:-1]
+    for i, top in enumerate(CLEANED):
+        done, failed = _clear(top, uid, share_until(ctx.deadline, shares[i:]), test=would)
         removed += done
         errors += failed
     fact = {"removed": removed, "rc": 1 if errors else 0}
