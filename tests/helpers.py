@@ -468,6 +468,13 @@ def _kept_under(fresh):
     return kept
 
 
+def kept_names(directory):
+    """The names in DIRECTORY, freshly mounted by in_namespaces, that are
+    the checkout's or the tests' Python's, bound back (a clone in /tmp): a
+    test that lists DIRECTORY leaves them out."""
+    return {path[len(directory.rstrip("/")) + 1:].split("/", 1)[0] for path in _kept_under([directory]).get(directory, [])}
+
+
 def in_namespaces(fn, *args, pid=True, ipc=False, fresh=(), timeout=300):
     """FN(*ARGS) in a fork of this process (the in-process minion's loaders
     come along) in namespaces of its own: a mount namespace, with a fresh

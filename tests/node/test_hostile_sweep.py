@@ -20,6 +20,7 @@ from tests.helpers import (
     hostile,
     ids_of,
     in_namespaces,
+    kept_names,
     laid_down,
     require,
     require_tools,
@@ -298,7 +299,7 @@ def test_part_42_removes_a_tree_deeper_than_its_descriptors_and_keeps_another_ac
     # deep: 3,001 files and 3,001 directories; kept: 3,001 files and levels 2,001 to 3,000
     assert done == (6002 + 4001, 2001), done
     assert preview == done and unchanged == (DEPTH + 1, DEPTH + 1)
-    assert left == ["kept"]
+    assert [name for name in left if name not in kept_names("/tmp")] == ["kept"]
     assert kept == [["d"]] * 2000 + [["theirs"]]
 
 
