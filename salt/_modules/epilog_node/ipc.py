@@ -22,8 +22,8 @@ objects a look judges are their creators). Of the user's objects:
   a semaphore each, every free pid in turn, would otherwise hold her sets
   for as long as any process of anybody's, the chain's own included, took
   one of those numbers later. A process that began after the last use
-  cannot be the one that used it (the times are whole seconds: one second
-  of slack);
+  cannot be the one that used it (the times are whole seconds: SLACK
+  seconds of slack), and neither is this process or its parent;
 * a set whose semaphores cannot all be read before the deadline is left
   for want of time (counted as left, and judged again at a later job end
   or between jobs), never judged by some of them;
