@@ -1551,13 +1551,9 @@ def _started(pid):
     its name's last ') '), or None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
-            ticks = int(handle.read(4096).rsplit(b") ", 1)[1].split()[19])
-        with open("/proc/stat", "rb") as handle:
-            boot = next(int(line.split()[1]) for line in handle.read(1 << 16).splitlines()
-                        if line.startswith(b"btime "))
-    except (OSError, IndexError, ValueError, StopIteration):
+            return _node.system.started(handle.read(4096))
+    except OSError:
         return None
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _changed_since_start(conf, how, pid):

@@ -175,9 +175,8 @@ def live_uid(pid, by=None):
         if not system.alive(fields):
             return None
         if by is not None:
-            start = system.start_ticks(system.read_in(fd, "stat", 4096))
-            boot = _boot()
-            if start is not None and boot is not None and boot + start / _TICKS[0] > by + SLACK:
+            start = system.started(system.read_in(fd, "stat", 4096))
+            if start is not None and start > by + SLACK:
                 return None
     except OSError:
         return None
@@ -188,14 +187,6 @@ def live_uid(pid, by=None):
 
 
 _LIBC = []
-_BOOT, _TICKS = [], [100]
-
-
-def _boot():
-    if not _BOOT:
-        _BOOT.append(system.boot_time())
-        _TICKS[0] = os.sysconf("SC_CLK_TCK")
-    return _BOOT[0]
 
 
 def _libc():

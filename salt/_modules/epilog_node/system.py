@@ -374,15 +374,28 @@ def _fields(data):
     return out
 
 
+_BOOT = []
+
+
 def boot_time():
-    """The boot's epoch (/proc/stat's btime), or None."""
-    try:
-        for row in read_file("/proc/stat", 1 << 16).split(b"\n"):
-            if row.startswith(b"btime "):
-                return int(row.split()[1])
-    except (OSError, IndexError, ValueError):
-        pass
-    return None
+    """The boot's epoch (/proc/stat's btime), or None; read once per
+    process (it never changes while one runs)."""
+    if not _BOOT:
+        try:
+            _BOOT.append(next(int(row.split()[1]) for row in read_file("/proc/stat", 1 << 16).split(b"\n")
+                              if row.startswith(b"btime ")))
+        except (OSError, IndexError, ValueError, StopIteration):
+            return None
+    return _BOOT[0]
+
+
+def started(stat_text):
+    """When a process started (an epoch), from its /proc/PID/stat text, or
+    None."""
+    ticks, boot = start_ticks(stat_text), boot_time()
+    if ticks is None or boot is None:
+        return None
+    return boot + ticks / float(os.sysconf("SC_CLK_TCK"))
 
 
 def start_ticks(stat_text):
