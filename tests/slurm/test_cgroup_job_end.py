@@ -38,7 +38,7 @@ def test_slurm_ends_the_jobs_processes_and_part_40_the_strays_outside_any_job(cg
         # The job's processes are in its cgroup, as Slurm names it on this release.
         cgroups = job_cgroup_text(out)
         assert f":/{cgroup_root(slurm.release)}/uid_{uid}/job_{job}/step_0" in cgroups, cgroups
-        assert system.job_of_cgroup(cgroups, uid) == job
+        assert system.job_of_cgroup(cgroups, uid) == ("id", job)
         record = record_of(slurm.chain, job)
         assert record["guard"]["answer"] == "act" and record["other"]["answer"] == "no", record
         parts = {part["part"]: part for part in record["parts"]}

@@ -104,7 +104,7 @@ def test_epilog_pam_lays_down_adoption_step_by_step_and_takes_it_out_again(
         wait_for(lambda: running(slurm, job), 60, what=f"job {job} to run")
         found = wait_for(lambda: (lambda r: r[1] if r[0] == 0 else None)(ssh.login("alice", "cat /proc/self/cgroup")),
                          30, what="alice's login to be adopted")
-        assert system.job_of_cgroup(found, uid_of("alice")) == job, found
+        assert system.job_of_cgroup(found, uid_of("alice")) == ("id", job), found
     finally:
         slurm.cmd("scancel", job)
     slurm.wait_epilog_end(job)

@@ -215,3 +215,13 @@ def test_a_good_schedule_merges_over_the_defaults_and_stays_out_of_the_release(t
         {"interval": 3600, "splay": 300, "kill_strays": False}
     # a change of the schedule is no new release: no release holds it
     assert "schedule" not in render(tmp_path, {"epilog": {"schedule": {"interval": 3600}}})["settings"]
+
+
+def test_a_process_in_a_jobs_cgroup_makes_a_job_and_one_in_an_unread_layout_unknown():
+    procs = [strays.Process(5, "sleep", 3, None), strays.Process(6, "sh", 3, ("unknown", "/a/slurmstepd.scope/x"))]
+    assert strays.by_cgroup(procs[:1]) is None
+    assert strays.by_cgroup(procs) == ("unknown", "process 6 is in a cgroup the chain cannot tell: "
+                                       "/a/slurmstepd.scope/x")
+    for job in (("id", "7"), ("sluid", "sEKNKTV3WPV500")):
+        assert strays.by_cgroup([*procs, strays.Process(8, "a", 1, job)]) == (
+            "job", f"process 8 is in the cgroup of Slurm job {job[1]}")

@@ -612,9 +612,10 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
 
 
 def _in_jobs(seen, uid):
-    """{"pid(name)": job} of the first CLASSIFY_MAX of SEEN that are in a
-    Slurm job's cgroup (proctrack/cgroup: the job's, which Slurm kills);
-    the others run outside any job. For the record alone: kill(-1) reaches
+    """{"pid(name)": job} (system.job_of_cgroup()) of the first CLASSIFY_MAX
+    of SEEN that are in a Slurm job's cgroup (proctrack/cgroup: the job's,
+    which Slurm kills) or in one whose layout cannot be told; the others
+    run outside any job. For the record alone: kill(-1) reaches
     both alike."""
     jobs = {}
     for entry in seen[:CLASSIFY_MAX]:
@@ -622,6 +623,23 @@ def _in_jobs(seen, uid):
         if job is not None:
             jobs[entry] = job
     return jobs
+
+
+def job_cgroups(jobs, job, sluid=None):
+    """(own, other, unknown) of JOBS ({"pid(name)": system.job_of_cgroup()}):
+    the entries in the cgroup of the ending JOB (its id, or its SLUID, which
+    26.05's slurmd gives the epilog as SLURM_JOB_SLUID and its cgroup/v2
+    names job directories by), "pid(name) job J" of those in another job's,
+    "pid(name): why" of those whose layout cannot be told."""
+    own, other, unknown = [], [], []
+    for entry, found in jobs.items():
+        if found[0] == "unknown":
+            unknown.append("%s: %s" % (entry, found[1]))
+        elif found == ("id", job) or (sluid and found == ("sluid", sluid)):
+            own.append(entry)
+        else:
+            other.append("%s job %s" % (entry, found[1]))
+    return own, sorted(other), sorted(unknown)
 
 
 def would_kill(uid, user):
@@ -739,11 +757,10 @@ def kill(ctx):
     resumed = resume_parents(uid, [entry.split("(", 1)[0] for entry in result.signalled]) \
         if result.outcome in ("done", "bound") else []
     classified = min(len(result.signalled), CLASSIFY_MAX)
-    own = [entry for entry, job in result.jobs.items() if job == ctx.job]
-    other = sorted("%s job %s" % (entry, job) for entry, job in result.jobs.items() if job != ctx.job)
+    own, other, unknown = job_cgroups(result.jobs, ctx.job, ctx.env.get("SLURM_JOB_SLUID"))
     fact = {"outcome": result.outcome, "rounds": result.rounds, "signalled": len(result.signalled),
             "strays": classified - len(result.jobs), "in_job_cgroup": len(own), "in_other_job_cgroup": len(other),
-            "unclassified": len(result.signalled) - classified, "resumed": len(resumed),
+            "unclassified": len(result.signalled) - classified + len(unknown), "resumed": len(resumed),
             "saved_only": len(result.spared), "one_by_one": result.one_by_one}
     if result.spared:
         fact["saved_only_first"] = result.spared[:20]
@@ -771,6 +788,10 @@ def kill(ctx):
         # did not see, or one whose cgroup Slurm could not empty.
         ctx.log("warning", "processes of uid %d were in the cgroup of another Slurm job, %s with the rest: %s"
                 % (uid, "would be killed" if result.outcome == "would" else "killed", some(other)))
+    if unknown:
+        ctx.log("warning", "processes of uid %d were in a cgroup whose Slurm layout the chain cannot read (counted "
+                "unclassified), %s with the rest: %s" % (uid, "would be killed" if result.outcome == "would"
+                                                         else "killed", some(unknown)))
     if result.outcome == "would":
         ctx.log("info", "would kill the processes of uid %d (observe mode, epilog:mode: none signalled): %s"
                 % (uid, signalled))

@@ -344,7 +344,7 @@ def render_metrics(metric):
         out.append("%s %d" % (RESIDUE_METRIC % kind, metric.get(RESIDUE_METRIC % kind, 0)))
     out += ["# HELP epilog_processes_signalled_total Processes part 40 killed, by where they ran (stray: outside "
             "any job; job_cgroup: in the ending job's Slurm cgroup; other_job_cgroup: in another job's; "
-            "unclassified: past the first 1000).",
+            "unclassified: past the first 1000, or in a cgroup layout not read).",
             "# TYPE epilog_processes_signalled_total counter"]
     for _, where in KILLED_KINDS:
         out.append("%s %d" % (KILLED_METRIC % where, metric.get(KILLED_METRIC % where, 0)))

@@ -288,10 +288,24 @@ def ipc_objects(uid, deadline):
     return out
 
 
+def by_cgroup(procs):
+    """(answer, why) of an account by its processes' cgroups (Process.job,
+    system.job_of_cgroup()): a job where one is in a Slurm job's, unknown
+    where one is in a cgroup whose layout cannot be told; None otherwise."""
+    in_job = [p for p in procs if p.job is not None and p.job[0] != "unknown"]
+    if in_job:
+        return "job", "process %d is in the cgroup of Slurm job %s" % (in_job[0].pid, in_job[0].job[1])
+    unread = [p for p in procs if p.job is not None]
+    if unread:
+        return "unknown", "process %d is in a cgroup the chain cannot tell: %s" % (unread[0].pid, unread[0].job[1])
+    return None
+
+
 def _decide(run_, facts, uid, name, procs, test):
     """(answer, why, the user's lock or None) of one account: the guard on
     the release's list; a process in a Slurm job's cgroup of theirs (a
-    directory only root makes) is a job; then, under the user's lock taken
+    directory only root makes) is a job, one in a cgroup whose Slurm
+    layout cannot be told is unknown; then, under the user's lock taken
     without waiting, the last-job evidence for no job at all. Only marks in
     a directory only root can write, under that lock, are a licence: the
     prolog marks a new job there and waits for the lock. The lock is kept
@@ -301,9 +315,9 @@ def _decide(run_, facts, uid, name, procs, test):
     answer, why = judge(ident, verdict, None)
     if answer != "unknown" or verdict.answer != "act":
         return answer, why, None
-    in_job = [p for p in procs if p.job is not None]
-    if in_job:
-        return "job", "process %d is in the cgroup of Slurm job %s" % (in_job[0].pid, in_job[0].job), None
+    told = by_cgroup(procs)
+    if told is not None:
+        return (*told, None)
     if not run_.marks_trusted:
         return "unknown", "%s is not a directory only root can write: no job marks to go by" % run_.run_dir, None
     lock = None

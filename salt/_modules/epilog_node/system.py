@@ -448,18 +448,70 @@ def cmdline(pid, limit=4096):
         return b""
 
 
-def job_of_cgroup(data, uid=None):
-    """The job id (a string) whose Slurm cgroup the /proc/PID/cgroup text
-    DATA puts the process in, or None: outside any job.
+# A SLUID as Slurm 26.05's print_sluid() writes it (src/common/sluid.c): "s",
+# then 13 of Crockford's base32 digits, the first the top 4 of its 64 bits.
+_SLUID_FIRST = frozenset("0123456789ABCDEF")
+_SLUID_DIGITS = frozenset("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+# the directories of a /proc/PID/cgroup path whose owners are read, at most
+CGROUP_DEPTH = 32
+_STEPD_SCOPE = "slurmstepd.scope"
 
-    A job's cgroup starts at the root of its hierarchy, in directories only
-    root can make: cgroup v1's /slurm[_<host>]/uid_<uid>/job_<id>/... in
-    any controller (proctrack/cgroup's freezer, task/cgroup's cpuset and
-    memory), cgroup v2's /<a>.slice/.../slurmstepd.scope/job_<id>/...
-    Slurm makes the step's directory the user's, below the job's; a user's
-    delegated systemd subtree lies under a .service, never under a chain of
-    slices alone. A v1 path names its uid too: one of another uid than UID
-    (when given) is no job of this process's user."""
+
+def job_dir(name):
+    """("id", "<id>") of a job directory Slurm's cgroup/v2 names job_<id>
+    (before 26.05, and with CgroupJobIdPaths=yes), ("sluid", "s...") of one
+    it names by the job's SLUID (26.05's default), or None."""
+    if name.startswith("job_") and digits(name[4:]):
+        return ("id", name[4:])
+    if len(name) == 14 and name[0] == "s" and name[1] in _SLUID_FIRST and all(c in _SLUID_DIGITS for c in name[2:]):
+        return ("sluid", name)
+    return None
+
+
+def v2_job(names, owners):
+    """The job whose Slurm cgroup/v2 directory the cgroup path NAMES (its
+    directories below the hierarchy's root) is in: ("id", "<id>"),
+    ("sluid", "s..."), ("unknown", why) where the path looks like Slurm's
+    but cannot be told, or None: outside any job. OWNERS are (uid, mode)
+    of the hierarchy's root and of each directory of NAMES in turn, as far
+    as they were read (None: the hierarchy could not be read).
+
+    Slurm's scope is [<node>_]slurmstepd.scope (Debian's builds are
+    MULTIPLE_SLURMD) under any parent (slices, CgroupSlice, a container's
+    own cgroup) with the job's directory right below it. A name proves
+    nothing (a user with a delegated subtree, systemd's user@.service, makes
+    any name under it): the directories from the root down to the job's
+    must be root's and writable by root alone, the user's delegated
+    directory being hers. Slurm's own processes sit in the scope's system/."""
+    scope = next((i for i, name in enumerate(names) if name == _STEPD_SCOPE
+                  or (name.endswith("_" + _STEPD_SCOPE) and len(name) > len(_STEPD_SCOPE) + 1)), None)
+    if scope is None or scope + 1 >= len(names) or names[scope + 1] == "system":
+        return None
+    where = "/" + "/".join(names[:scope + 2])
+    if scope + 2 > CGROUP_DEPTH:
+        return ("unknown", "%s is deeper than %d directories" % (show(where), CGROUP_DEPTH))
+    if owners is None or len(owners) < scope + 3:
+        return ("unknown", "the owners of %s could not be read in the cgroup v2 hierarchy" % show(where))
+    if any(uid != 0 or mode & 0o022 for uid, mode in owners[:scope + 3]):
+        return None  # a directory another than root could make: no job's
+    job = job_dir(names[scope + 1])
+    return job if job is not None else ("unknown", "%s is no job directory Slurm names" % show(where))
+
+
+def job_of_cgroup(data, uid=None, owners=None):
+    """The job whose Slurm cgroup the /proc/PID/cgroup text DATA puts the
+    process in: ("id", "<id>"), ("sluid", "s..."), ("unknown", why) where
+    it cannot be told, or None: outside any job. OWNERS(names) gives
+    v2_job() its owners (by default cgroup_owners(), read only for a path
+    that names Slurm's scope).
+
+    cgroup v1's job cgroup starts at the root of its hierarchy, in
+    directories only root can make: /slurm[_<host>]/uid_<uid>/job_<id>/...
+    in any controller (proctrack/cgroup's freezer, task/cgroup's cpuset and
+    memory); a v1 path names its uid too: one of another uid than UID (when
+    given) is no job of this process's user. cgroup v2's (the 0:: line) is
+    v2_job()'s. A v1 job wins over the v2 line of a hybrid node."""
+    found = None
     for line in data.split("\n"):
         parts = line.split(":", 2)
         if len(parts) != 3:
@@ -469,20 +521,14 @@ def job_of_cgroup(data, uid=None):
                 and path[2].startswith("uid_") and digits(path[2][4:]) \
                 and path[3].startswith("job_") and digits(path[3][4:]):
             if uid is None or int(path[2][4:]) == uid:
-                return path[3][4:]
+                return ("id", path[3][4:])
             continue
-        if parts[0] != "0" or parts[1]:
+        if parts[0] != "0" or parts[1] or path[0] != "" or found is not None:
             continue
-        for i, name in enumerate(path[1:], 1):
-            if name == "slurmstepd.scope":
-                job = path[i + 1] if i + 1 < len(path) else ""
-                if all(p.endswith(".slice") and len(p) > 6 for p in path[1:i]) \
-                        and job.startswith("job_") and digits(job[4:]):
-                    return job[4:]
-                break
-            if not name.endswith(".slice"):
-                break
-    return None
+        names = [name for name in path[1:] if name]
+        if any(name == _STEPD_SCOPE or name.endswith("_" + _STEPD_SCOPE) for name in names):
+            found = v2_job(names, (owners or cgroup_owners)(names[:CGROUP_DEPTH]))
+    return found
 
 
 def job_cgroup(pid, uid=None):
@@ -498,6 +544,68 @@ def job_cgroup(pid, uid=None):
     finally:
         os.close(fd)
     return job_of_cgroup(data.decode("utf-8", "replace"), uid)
+
+
+_CGROUP2 = []
+_DIRECTORY = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def cgroup2_mounts(text):
+    """[(mount point, device)] of the cgroup2 mounts in the mountinfo TEXT
+    (bytes) whose root is the cgroup namespace's root ("/"), in order; a
+    mount point the kernel escaped (a space, a backslash) is left out."""
+    out = []
+    for row in text.split(b"\n"):
+        left, sep, right = row.partition(b" - ")
+        fields, kind = left.split(), right.split()
+        if not sep or len(fields) < 5 or not kind or kind[0] != b"cgroup2" or fields[3] != b"/" \
+                or b"\\" in fields[4] or not fields[4].startswith(b"/"):
+            continue
+        major, _, minor = fields[2].partition(b":")
+        if major.isdigit() and minor.isdigit():
+            out.append((fields[4].decode("utf-8", "surrogateescape"), os.makedev(int(major), int(minor))))
+    return out
+
+
+def cgroup_owners(names):
+    """[(uid, mode)] of the cgroup v2 hierarchy's root (a cgroup2 mount of
+    the namespace's root, from the kernel's /proc/self/mountinfo, read once
+    per process) and of each of NAMES below it, as far as they are there:
+    each directory opened by descriptor from the one above (no symlink
+    followed, nothing re-resolved) and checked to be on that mount. None
+    where no such mount can be opened."""
+    if not _CGROUP2:
+        try:
+            _CGROUP2.append(cgroup2_mounts(read_file("/proc/self/mountinfo")))
+        except OSError:
+            _CGROUP2.append([])
+    for where, device in _CGROUP2[0]:
+        try:
+            fd = os.open(where, _DIRECTORY)
+        except OSError:
+            continue
+        try:
+            info = os.fstat(fd)
+            if info.st_dev != device:
+                continue  # another mount over it
+            out = [(info.st_uid, info.st_mode)]
+            for name in names[:CGROUP_DEPTH]:
+                if name in (".", ".."):
+                    break
+                try:
+                    below = os.open(name, _DIRECTORY, dir_fd=fd)
+                except (OSError, ValueError):
+                    break
+                os.close(fd)
+                fd = below
+                info = os.fstat(fd)
+                if info.st_dev != device:
+                    break
+                out.append((info.st_uid, info.st_mode))
+            return out
+        finally:
+            os.close(fd)
+    return None
 
 
 def login_defs(path="/etc/login.defs"):
