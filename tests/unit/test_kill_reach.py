@@ -92,3 +92,20 @@ def test_what_the_user_could_change_on_the_runner_is_put_back():
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+@pytest.mark.parametrize("state, uids, before, saved, thaw", [
+    ("T (stopped)", (OTHER, HER, HER), set(), True, True),  # another's run of her program, the freeze stopped it
+    ("T (stopped)", (0, HER, HER), {"42"}, True, False),  # stopped before the freeze: stays so
+    ("t (tracing stop)", (OTHER, HER, HER), set(), True, False),  # its tracer's to resume
+    ("S (sleeping)", (OTHER, HER, HER), set(), True, False),  # not stopped
+    ("T (stopped)", (HER, HER, HER), set(), True, False),  # hers: killed, never continued
+    ("T (stopped)", (OTHER, OTHER, OTHER), set(), True, False),  # out of the freeze's reach
+    ("T (stopped)", (0, 0, 0), set(), False, True),  # its parent, root's su, stopped itself
+    ("T (stopped)", (0, 0, 0), {"42"}, False, False),  # a parent stopped before
+    ("T (stopped)", (HER, HER, HER), set(), False, False),
+])
+def test_a_freeze_is_undone_for_exactly_what_it_stopped(state, uids, before, saved, thaw):
+    fields = {"State": state, "Uid": "\t".join(str(uid) for uid in (*uids, uids[2]))}
+    assert parts.thawable(fields, HER, "42", before, saved) is thaw
+    assert not parts.thawable(None, HER, "42", before, saved)
