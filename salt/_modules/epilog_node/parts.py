@@ -547,9 +547,10 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
     them), from this very process, which must be one of its own (its uids
     change; the runner ends the worker that ran it, or resets its own
     scheduling when it ran in the runner, so nothing the user could do to
-    it while it acted as UID, a renice or a CPU mask, lasts into another
-    part). The signals come from a process that holds real uid X (a uid no
-    process runs as), saved uid 0 and effective uid UID, without ever
+    it while it acted as UID, a renice, a CPU mask or a utilization clamp,
+    lasts into another part). The signals come from a process that holds
+    real uid X (a uid no process runs as), saved uid 0 and effective uid
+    UID, without ever
     exec'ing (execve would copy the effective uid into the saved one):
 
     * the user cannot signal or trace it into silence: their uid is none of
