@@ -7,6 +7,9 @@
  *                     they spare each other).
  *   fighter forkloop  fork in a tight loop; each child carries on and the
  *                     parent exits, so the pid keeps moving.
+ *   fighter setsidloop  as forkloop, but each generation first leaves its
+ *                     parent's session and group (setsid; setpgid where that
+ *                     fails), so no group or session of it lives long.
  *   fighter rename N  keep renaming itself (comm) to N and to random names,
  *                     forking a renamed child now and then.
  *   fighter flock F   open F read-only, hold an exclusive flock on it, and
@@ -73,6 +76,21 @@ static int forkloop(void)
     ready();
     fclose(stdout);
     for (;;) {
+        pid_t child = fork();
+        if (child > 0)
+            _exit(0);
+        if (child < 0)
+            usleep(1000);
+    }
+}
+
+static int setsid_loop(void)
+{
+    ready();
+    fclose(stdout);
+    for (;;) {
+        if (setsid() < 0)
+            setpgid(0, 0);
         pid_t child = fork();
         if (child > 0)
             _exit(0);
@@ -176,6 +194,8 @@ int main(int argc, char **argv)
         return fill();
     if (argc >= 2 && strcmp(argv[1], "forkloop") == 0)
         return forkloop();
+    if (argc >= 2 && strcmp(argv[1], "setsidloop") == 0)
+        return setsid_loop();
     if (argc >= 3 && strcmp(argv[1], "rename") == 0)
         return rename_loop(argv[2]);
     if (argc >= 3 && strcmp(argv[1], "flock") == 0)

@@ -5,6 +5,8 @@ the task list for kill(-1) under the lock fork needs), so the kill needs no
 SIGSTOP, which would leave root's su and runuser stopped with an unreaped
 child; and a su the user stopped themselves (by stopping its child) is
 resumed, reaps its child and exits."""
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -105,5 +107,43 @@ def test_her_setuid_program_run_by_others_outlives_her_last_job_end(chain, cbin,
         assert f"left alone the processes whose saved uid is {uid_of(ALICE)} but real uid another's" in log, log
     finally:
         end(victim)
+        end(loop)
+        kill_all_of(ALICE)
+
+
+def test_a_fork_loop_that_leaves_its_group_dies_while_her_setuid_program_runs_for_others(chain, cbin,
+                                                                                          her_setuid_runs):
+    """While another account's run of her setuid program lives, part 40
+    sends no kill(-1, SIGKILL): it freezes (kill(-1, SIGSTOP)), kills hers
+    one by one, then continues what the freeze stopped of the others. A
+    fork loop whose every generation calls setsid and forks dies all the
+    same; alicex's and je.kim's runs are alive and running again, root's,
+    which root had stopped before, stays stopped; the log says so."""
+    her = uid_of(ALICE)
+    held = her_setuid_runs["root"].pid
+    os.kill(held, signal.SIGSTOP)
+    wait_for(lambda: state(held) == "T", 5, what="root's run to stop")
+    loop, line = hostile(ALICE, str(cbin / "fighter"), "setsidloop", reaper=cbin / "fighter")
+    try:
+        assert line == "ready"
+        before = wait_for(lambda: int(Path("/proc/loadavg").read_text().split()[4]), 5, what="the last pid")
+        wait_for(lambda: int(Path("/proc/loadavg").read_text().split()[4]) > before + 100, 10,
+                 what="the fork loop to fork")
+        mark = len(chain.log_text())
+        ret = chain.run_part("40-lastuserjob-processes", slurmd_env(ALICE))
+        assert ret.returncode == 0, ret
+        log = chain.log_text()[mark:]
+        assert loop.wait(timeout=20) == 0, log  # the subreaper: nothing of the loop left
+        assert not [pid for pid in live_processes_of(her) if (process_uids(pid) or (None,))[0] == her], log
+        others = [proc.pid for user, proc in her_setuid_runs.items() if user != "root"]
+        assert all(process_uids(pid) and state(pid) not in ("T", "t") for pid in others), log
+        assert state(held) == "T", log
+        assert "the user's were frozen with SIGSTOP, then killed by group and one by one" in log, log
+        assert f"killed the processes of uid {her} (" in log, log
+        continued = log.split("continued again, of those the freeze stopped: ", 1)[1].split("\n", 1)[0]
+        assert continued.startswith("2 ") and all(f"{pid}(hersleep)" in continued for pid in others), log
+        assert f"{held}(" not in continued, log
+    finally:
+        os.kill(held, signal.SIGCONT)
         end(loop)
         kill_all_of(ALICE)

@@ -47,7 +47,7 @@ def test_slurm_ends_the_jobs_processes_and_part_40_the_strays_outside_any_job(cg
         # part 40 ended the one outside any job.
         assert {key: value for key, value in kill_facts.items() if key != "rounds"} == {
             "outcome": "done", "signalled": 1, "strays": 1, "in_job_cgroup": 0, "in_other_job_cgroup": 0,
-            "unclassified": 0, "resumed": 0, "saved_only": 0, "one_by_one": 0}, kill_facts
+            "unclassified": 0, "resumed": 0, "saved_only": 0, "one_by_one": 0, "continued": 0}, kill_facts
         assert kill_facts["rounds"] >= 1
         assert not alive_as(inside, "alice") and wait_for(lambda: not alive_as(outside.pid, "alice"), 10,
                                                            what="the stray outside any job to die")

@@ -9,6 +9,7 @@ hers: the round that finds one signals hers one by one."""
 import errno
 import itertools
 import os
+import struct
 
 import pytest
 
@@ -88,6 +89,67 @@ def test_what_the_user_could_change_on_the_runner_is_put_back():
             restore()
             after = (os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0), os.sched_getaffinity(0))
             code = 0 if after == before else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+@pytest.mark.parametrize("state, uids, before, saved, thaw", [
+    ("T (stopped)", (OTHER, HER, HER), set(), True, True),  # another's run of her program, the freeze stopped it
+    ("T (stopped)", (0, HER, HER), {"42"}, True, False),  # stopped before the freeze: stays so
+    ("t (tracing stop)", (OTHER, HER, HER), set(), True, False),  # its tracer's to resume
+    ("S (sleeping)", (OTHER, HER, HER), set(), True, False),  # not stopped
+    ("T (stopped)", (HER, HER, HER), set(), True, False),  # hers: killed, never continued
+    ("T (stopped)", (OTHER, OTHER, OTHER), set(), True, False),  # out of the freeze's reach
+    ("T (stopped)", (0, 0, 0), set(), False, True),  # its parent, root's su, stopped itself
+    ("T (stopped)", (0, 0, 0), {"42"}, False, False),  # a parent stopped before
+    ("T (stopped)", (HER, HER, HER), set(), False, False),
+])
+def test_a_freeze_is_undone_for_exactly_what_it_stopped(state, uids, before, saved, thaw):
+    fields = {"State": state, "Uid": "\t".join(str(uid) for uid in (*uids, uids[2]))}
+    assert parts.thawable(fields, HER, "42", before, saved) is thaw
+    assert not parts.thawable(None, HER, "42", before, saved)
+
+
+def test_a_utilization_clamp_is_packed_as_sched_setattr_reads_it():
+    """struct sched_attr (SCHED_ATTR_SIZE_VER1, 56 bytes) that sets the
+    clamp alone (KEEP_POLICY, KEEP_PARAMS, UTIL_CLAMP_MIN and _MAX), and
+    the clamp read back from what sched_getattr fills."""
+    raw = runner.clamp_attr((128, 900))
+    assert len(raw) == 56 == runner.SCHED_ATTR_SIZE
+    assert runner.clamp_of(raw) == (128, 900)
+    assert runner.clamp_of(raw[:48]) is None  # a kernel before 5.3: no clamp in it
+    size, policy, flags, nice, priority, *_, low, high = struct.unpack("=IIQiIQQQII", raw)
+    assert (size, policy, flags, nice, priority, low, high) == (56, 0, 0x78, 0, 0, 128, 900)
+
+
+def test_a_utilization_clamp_the_user_set_on_the_runner_is_put_back():
+    """While 40 runs in the runner, the user may clamp its utilization
+    (sched_setattr needs only its effective uid): scheduling()'s restore
+    sets the clamp read before back. On a kernel without
+    CONFIG_UCLAMP_TASK no clamp can be set (the errno is one NO_CLAMP
+    names) and none is read changed; one read changed there is said
+    (restore's note), not raised.
+    In a child, so that the test's own process is untouched."""
+    before = runner.utilization_clamp()
+    assert before is not None  # sched_getattr: every kernel since 3.14
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            restore = runner.scheduling()
+            refused = runner.set_utilization_clamp((100, 200))
+            if refused is None:
+                code = 0 if runner.utilization_clamp() == (100, 200) and restore() is None \
+                    and runner.utilization_clamp() == before else 3
+            elif refused in runner.NO_CLAMP and runner.utilization_clamp() == before and restore() is None:
+                # the ignore path: a clamp read changed that the kernel will not set
+                runner.utilization_clamp = lambda: (before[0] + 1, before[1])
+                note = restore()
+                code = 0 if note and note.startswith("the kernel sets no utilization clamp") else 5
+            else:
+                code = 4
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)

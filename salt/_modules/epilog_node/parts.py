@@ -219,9 +219,10 @@ def grant_ssh(ctx):
 # what it saw before the first round; left: what survived (bound); why:
 # refused or failed, in words; spared: "pid(name) uid R" of the processes
 # whose saved uid is the user's and real uid R another's, left alone;
-# one_by_one: the rounds that signalled each process on its own (some such
-# process lived).
-Killed = system.fields("Killed", "outcome rounds signalled left why jobs spared one_by_one")
+# one_by_one: the rounds that froze her processes and signalled each on its
+# own (some such process lived); continued: "pid(name)" of the processes of
+# others such a freeze stopped, continued again (freeze_round).
+Killed = system.fields("Killed", "outcome rounds signalled left why jobs spared one_by_one continued")
 # A login at its password prompt keeps the rounds going for the first
 # PATIENCE rounds only.
 ROUNDS, SECONDS, PATIENCE = 50, 5, 30
@@ -350,11 +351,12 @@ def _scan(uid, user, x):
     name, which a process of UID can give itself; "pid(name) uid R" of the
     processes whose saved uid is UID and real uid R another's; {"pid(name)":
     pgid} of the processes of UID whose group whole_groups() lets a round
-    signal whole). Every process costs a read of its status (its saved uid
+    signal whole; the pids of the other processes that were stopped, state
+    T or t, when read). Every process costs a read of its status (its saved uid
     is nowhere else, and a process running the user's setuid program may
     have given its effective uid, which names /proc/PID, back to its real
     owner), but root's without an executable (kernel threads)."""
-    xs, found, monitors, others, me = False, [], [], [], os.getpid()
+    xs, found, monitors, others, stopped, me = False, [], [], [], set(), os.getpid()
     mine, sessions = {}, {_ids(system.status(me) or {})[1]}
     for pid in system.pids():
         if int(pid) == me:
@@ -381,6 +383,8 @@ def _scan(uid, user, x):
             continue
         if system.alive(fields):
             sessions.add(_ids(fields)[1])
+            if fields.get("State", "")[:1] in ("T", "t"):
+                stopped.add(pid)
         if seen and seen[0] == 4:
             xs = True
         elif seen and seen[0] == 5:
@@ -389,7 +393,7 @@ def _scan(uid, user, x):
             found.append("%s(%s)" % (pid, seen[1]))
             monitors.append(found[-1])
     whole = whole_groups(mine.values(), sessions)
-    return xs, found, monitors, others, {entry: ids[0] for entry, ids in mine.items() if ids[0] in whole}
+    return xs, found, monitors, others, {entry: ids[0] for entry, ids in mine.items() if ids[0] in whole}, stopped
 
 
 _pidfd = []  # [(open, send)] or [None], once looked for
@@ -485,14 +489,68 @@ def _signal_each(uid, x, targets, groups):
     return None
 
 
+def thawable(fields, uid, pid, before, saved):
+    """Whether a freeze's SIGSTOP is to be undone for the process PID whose
+    status is FIELDS (read while its pidfd pins it): it is stopped (state
+    T: a traced one, t, is its tracer's to resume), was not when the scan
+    before the freeze read it (BEFORE: the pids it found stopped; one the
+    user or its owner stopped stays so), its real uid is not UID (hers are
+    killed) and, when SAVED (a process the freeze reached), its saved uid
+    is UID; else (a parent of one, which stopped itself because its child
+    stopped: util-linux su and runuser do) any uid's."""
+    if not fields or pid in before or fields.get("State", "")[:1] != "T":
+        return False
+    uids = system.uids_of(fields)
+    if not uids or uids[0] == uid:
+        return False
+    return uids[2] == uid or not saved
+
+
+def _thaw(uid, x, others, before):
+    """SIGCONT to each process of OTHERS ("pid(name) uid R": those whose
+    saved uid alone is UID, as a scan after the freeze found them) that
+    thawable() says the freeze stopped, from the sender (effective UID,
+    as the SIGSTOP came) through its pidfd; then, as root, to its parent
+    when thawable() says so of it. The "pid(name)" continued."""
+    calls, done = pidfd_calls() or (), []
+    for entry in others:
+        pid, saved = entry.split("(", 1)[0], True
+        while pid not in ("0", "1") and system.digits(pid):
+            fd = calls[0](int(pid)) if calls else None
+            if fd is not None and fd < 0:
+                break  # gone
+            try:
+                fields = system.status(pid)
+                if not thawable(fields, uid, pid, before, saved):
+                    break
+                send = (lambda fd=fd: calls[1](fd, signal.SIGCONT)) if fd is not None \
+                    else (lambda pid=pid: os.kill(int(pid), signal.SIGCONT))
+                if saved:
+                    _as_user(uid, x, send)
+                else:
+                    try:
+                        send()
+                    except OSError:
+                        pass
+                done.append("%s(%s)" % (pid, system.show(fields.get("Name", "?"))))
+            finally:
+                if fd is not None:
+                    os.close(fd)
+            if not saved:
+                break
+            pid, saved = fields.get("PPid", ""), False
+    return done
+
+
 def kill_uid(uid, user, until=None, x=None, rounds_max=None):
     """Kill every process of UID (its real uid, as epilog.strays tells
     them), from this very process, which must be one of its own (its uids
     change; the runner ends the worker that ran it, or resets its own
     scheduling when it ran in the runner, so nothing the user could do to
-    it while it acted as UID, a renice or a CPU mask, lasts into another
-    part). The signals come from a process that holds real uid X (a uid no
-    process runs as), saved uid 0 and effective uid UID, without ever
+    it while it acted as UID, a renice, a CPU mask or a utilization clamp,
+    lasts into another part). The signals come from a process that holds
+    real uid X (a uid no process runs as), saved uid 0 and effective uid
+    UID, without ever
     exec'ing (execve would copy the effective uid into the saved one):
 
     * the user cannot signal or trace it into silence: their uid is none of
@@ -506,33 +564,44 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
       "saved": another account, an operator or root running a copy of a
       program the user made setuid to herself) is not hers, and kill(-1)
       would reach it. Each round's scan (the one just before it) lists
-      them: while one lives, the round sends no kill(-1) (_signal_each):
-      it signals whole each process group of the user's whose session
-      holds no other process (whole_groups: a fork loop that stays in its
-      group dies as under kill(-1)), then each other process of hers on
-      its own, through a pidfd; they are reported (spared) and left alone.
-      Between that scan and a kill(-1) (the wait of one round, at most
-      about 10 ms) a process can come to be one only by another account
-      exec'ing the user's setuid file (that account's act, at a moment the
-      user does not choose), by a program of root's or of another account
-      setting its own uids so, or by a process the user started herself
-      exec'ing another account's setuid program that moves her uid to its
-      saved one (it was hers when the scan looked); those a kill(-1) in
-      that window reaches. Those rounds are no match for a fork loop of
-      which a scan sees no process (each gone before the scan reads it,
-      and no other process of its group alive: its pid moves faster than
-      a scan, and its group is never learnt): it outlives them unseen, and
-      the kill ends done or bound all the same; one_by_one in the record
-      says the rounds were of that kind;
-    * each kill(-1) round sends one signal, SIGKILL, and nothing
+      them: while one lives, the round sends no kill(-1, SIGKILL). It
+      freezes first: kill(-1, SIGSTOP) from the same sender, which the
+      kernel delivers under tasklist_lock to every process it reaches at
+      once, and (since Linux 4.19) to a child being forked meanwhile too,
+      and a process with a signal pending forks no more: every process of
+      hers stops, a fork loop that leaves its session and group at every
+      generation too. A scan then finds them all where they stand, and
+      _signal_each kills them: whole each process group of hers whose
+      session holds no other process (whole_groups), then each other one
+      on its own, through a pidfd (a stopped one too: SIGKILL ends it).
+      Once they are dead (the round's wait and scan), _thaw undoes the
+      freeze for the others it reached: SIGCONT, from the same sender,
+      through a pidfd, to each saved-only process stopped now that the
+      scan before the freeze did not find stopped (one the user or its
+      owner had stopped stays so; a traced one is its tracer's), and, as
+      root, to its parent of another uid when that stopped itself
+      meanwhile (su, runuser: below); they are reported (spared,
+      continued) and otherwise left alone. Between that scan and the
+      freeze (the wait of one round, at most about 10 ms) a process can
+      come to be one only by another account exec'ing the user's setuid
+      file (that account's act, at a moment the user does not choose), by
+      a program of root's or of another account setting its own uids so,
+      or by a process the user started herself exec'ing another account's
+      setuid program that moves her uid to its saved one (it was hers when
+      the scan looked); those a kill(-1) in that window reaches (the
+      freeze's SIGSTOP, undone as for the others). one_by_one in the
+      record counts the rounds of that kind;
+    * each other round sends one signal, kill(-1, SIGKILL), and nothing
       else. The kernel walks its task list for kill(-1) under tasklist_lock,
       which fork needs for writing, and fork refuses a child to a process
       with a fatal signal pending: a fork loop has no child the walk misses,
-      and none after it, so one round leaves it no survivor. No SIGSTOP:
-      util-linux su and runuser, which run as root, stop themselves when
-      their child stops, and a child killed while they are stopped stays
-      their unreaped zombie, their PAM session open (resume_parents() still
-      resumes one the user stopped that way);
+      and none after it, so one round leaves it no survivor. SIGSTOP only
+      where a process not hers is within reach: util-linux su and runuser,
+      which run as root, stop themselves when their child stops, and a
+      child killed while they are stopped stays their unreaped zombie,
+      their PAM session open; a freeze stops every such parent of hers
+      (resume_parents(), after the kill, continues each, as it does one the
+      user stopped that way) and of a saved-only process (_thaw);
     * after each round, as root again, it waits a little for those it saw
       to die and scans /proc for any process of UID still alive, until none
       is left or the bound (50 rounds, 5 s; ROUNDS_MAX rounds when given)
@@ -549,25 +618,26 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
     CLASSIFY_MAX of them) that is in a Slurm job's cgroup to its job; the
     process is root again when it returns."""
     if not isinstance(uid, int) or not 1 <= uid <= system.UID_MAX_REAL:
-        return Killed("failed", 0, [], [], "uid %r is not one from 1 to 4294967294" % (uid,), {}, [], 0)
+        return Killed("failed", 0, [], [], "uid %r is not one from 1 to 4294967294" % (uid,), {}, [], 0, [])
     if x is None:
         x = 4294967293 if uid == 4294967294 else 4294967294
     if x == uid or not system.UID_MAX_REAL - KILL_SLOTS < x <= system.UID_MAX_REAL:
-        return Killed("failed", 0, [], [], "uid X %r is not a kill slot's, or is the user's" % (x,), {}, [], 0)
+        return Killed("failed", 0, [], [], "uid X %r is not a kill slot's, or is the user's" % (x,), {}, [], 0, [])
     groups = os.getgroups()
-    xs, seen, monitors, others, whole = _scan(uid, user, x)
+    xs, seen, monitors, others, whole, stopped = _scan(uid, user, x)
     if xs:
-        return Killed("refused", 0, [], [], "a process of uid %d runs" % x, {}, others, 0)
+        return Killed("refused", 0, [], [], "a process of uid %d runs" % x, {}, others, 0, [])
     seen = [entry for entry in seen if entry not in monitors]
-    signalled, spared, told = list(seen), list(others), set(others)
+    signalled, spared, told, known = list(seen), list(others), set(others), set(seen)
     jobs = _in_jobs(seen, uid)
     deadline = time.monotonic() + SECONDS
     if until is not None:
         deadline = min(deadline, until)
     rounds = one_by_one = 0
+    continued = []
 
     def end(outcome, left=(), why=""):
-        return Killed(outcome, rounds, signalled, list(left), why, jobs, spared, one_by_one)
+        return Killed(outcome, rounds, signalled, list(left), why, jobs, spared, one_by_one, continued)
 
     try:
         os.setgroups([])
@@ -575,20 +645,35 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
         os.setresuid(x, 0, 0)
         while True:
             rounds += 1
-            if others:
+            frozen = bool(others)
+            if frozen:
+                # Everything kill(-1) reaches stops at once, fork loops
+                # too; then hers are killed one by one, and the others it
+                # stopped continued (_thaw, once hers are dead).
                 one_by_one += 1
-                why = _signal_each(uid, x, seen, whole)
+                before = stopped
+                why = _as_user(uid, x, lambda: os.kill(-1, signal.SIGSTOP))
+                if not why:
+                    _, now, waited, _, whole, _ = _scan(uid, user, x)
+                    seen = now = [entry for entry in now if entry not in waited]
+                    signalled += [entry for entry in now if entry not in known]
+                    known.update(now)
+                    why = _signal_each(uid, x, seen, whole)
             else:
                 why = _as_user(uid, x, lambda: os.kill(-1, signal.SIGKILL))
-            if why:
-                return end("failed", why=why)
             # Wait a little for those seen to die, then look at everything again.
-            for wait in range(1, 21):
+            for wait in range(1, 21) if not why else ():
                 seen = [entry for entry in seen if (_live(entry.split("(", 1)[0], uid, user) or (0,))[0] == 1]
                 if not seen:
                     break
                 time.sleep(0.0005 * wait)
-            _, left, _, others, whole = _scan(uid, user, x)
+            _, left, _, others, whole, stopped = _scan(uid, user, x)
+            if frozen:
+                thawed = _thaw(uid, x, others, before)
+                continued += thawed
+                stopped = stopped - set(entry.split("(", 1)[0] for entry in thawed)
+            if why:
+                return end("failed", why=why)
             spared += [entry for entry in others if entry not in told]
             told.update(others)
             real = [entry for entry in left if not entry.endswith("(sshd: %s [pre-auth])" % user)]
@@ -649,10 +734,10 @@ def would_kill(uid, user):
     for, not signalled; those whose saved uid alone is UID spared),
     classified as it classifies them. A Killed whose outcome is would."""
     if not isinstance(uid, int) or not 1 <= uid <= system.UID_MAX_REAL:
-        return Killed("failed", 0, [], [], "uid %r is not one from 1 to 4294967294" % (uid,), {}, [], 0)
-    _, seen, monitors, others, _ = _scan(uid, user, None)
+        return Killed("failed", 0, [], [], "uid %r is not one from 1 to 4294967294" % (uid,), {}, [], 0, [])
+    _, seen, monitors, others, _, _ = _scan(uid, user, None)
     seen = [entry for entry in seen if entry not in monitors]
-    return Killed("would", 0, seen, [], "", _in_jobs(seen, uid), others, 0)
+    return Killed("would", 0, seen, [], "", _in_jobs(seen, uid), others, 0, [])
 
 
 def resume_parents(uid, pids):
@@ -743,7 +828,7 @@ def kill(ctx):
     passed over for the next; with no slot to be had, nothing is sent."""
     uid = ctx.act_uid
     result = Killed("refused", 0, [], [], "no kill slot was free (%s/%s*: each held by another part 40)"
-                    % (ctx.settings["run_dir"], KILL_LOCK), {}, [], 0)
+                    % (ctx.settings["run_dir"], KILL_LOCK), {}, [], 0, [])
     if observing(ctx.settings):
         result = would_kill(uid, ctx.user)
     for fd, x in kill_slots(ctx, uid) if result.outcome != "would" else ():
@@ -761,7 +846,7 @@ def kill(ctx):
     fact = {"outcome": result.outcome, "rounds": result.rounds, "signalled": len(result.signalled),
             "strays": classified - len(result.jobs), "in_job_cgroup": len(own), "in_other_job_cgroup": len(other),
             "unclassified": len(result.signalled) - classified + len(unknown), "resumed": len(resumed),
-            "saved_only": len(result.spared), "one_by_one": result.one_by_one}
+            "saved_only": len(result.spared), "one_by_one": result.one_by_one, "continued": len(result.continued)}
     if result.spared:
         fact["saved_only_first"] = result.spared[:20]
     if result.outcome == "would":
@@ -770,9 +855,10 @@ def kill(ctx):
     if result.spared:
         # another account's (a job's, an operator's, root's) run of a program
         # the user made setuid to herself: not hers, and kill(-1) would reach it
-        how = "; the user's would be signalled by group and one by one, with no kill(-1)" \
-            if result.outcome == "would" else "; the user's were signalled by group and one by one, with no " \
-            "kill(-1), in %d round(s)" % result.one_by_one if result.one_by_one else ""
+        how = "; the user's would be frozen with SIGSTOP, then killed by group and one by one" \
+            if result.outcome == "would" else "; the user's were frozen with SIGSTOP, then killed by group and one " \
+            "by one, in %d round(s); continued again, of those the freeze stopped: %s" \
+            % (result.one_by_one, some(result.continued)) if result.one_by_one else ""
         ctx.log("warning", "left alone the processes whose saved uid is %d but real uid another's (a program of "
                 "the user's, setuid to her, run by another account): %s%s" % (uid, some(result.spared), how))
     if resumed:

@@ -26,6 +26,7 @@ and logs nothing.
 import errno
 import os
 import select
+import struct
 import sys
 import time
 
@@ -54,23 +55,108 @@ def fork_failure(exc):
     return "cannot fork: %s" % (getattr(exc, "strerror", None) or exc)
 
 
+# sched_setattr and sched_getattr, by machine (no python has them)
+SCHED_ATTR_SYSCALLS = {"x86_64": (314, 315), "aarch64": (274, 275), "riscv64": (274, 275),
+                       "loongarch64": (274, 275), "i686": (351, 352), "armv7l": (380, 381), "ppc64le": (355, 356),
+                       "ppc64": (355, 356), "s390x": (345, 346)}
+# struct sched_attr up to its utilization clamp (SCHED_ATTR_SIZE_VER1):
+# size, policy, flags, nice, priority, runtime, deadline, period, util_min,
+# util_max
+SCHED_ATTR = "=IIQiIQQQII"
+SCHED_ATTR_SIZE = struct.calcsize(SCHED_ATTR)
+# SCHED_FLAG_KEEP_POLICY | KEEP_PARAMS | UTIL_CLAMP_MIN | UTIL_CLAMP_MAX:
+# the clamp alone, the policy and nice value as they are
+CLAMP_ONLY = 0x08 | 0x10 | 0x20 | 0x40
+# what a kernel without CONFIG_UCLAMP_TASK (or sched_setattr) answers
+NO_CLAMP = (errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
+
+
+def clamp_attr(clamp):
+    """The struct sched_attr that sets a task's utilization clamp to CLAMP
+    (util_min, util_max), and nothing else."""
+    return struct.pack(SCHED_ATTR, SCHED_ATTR_SIZE, 0, CLAMP_ONLY, 0, 0, 0, 0, 0, clamp[0], clamp[1])
+
+
+def clamp_of(raw):
+    """(util_min, util_max) of a struct sched_attr that sched_getattr
+    filled (zeros where the kernel has no clamp), or None when it is not
+    one."""
+    if len(raw) < SCHED_ATTR_SIZE:
+        return None
+    fields = struct.unpack(SCHED_ATTR, raw[:SCHED_ATTR_SIZE])
+    return fields[8], fields[9]
+
+
+def _sched_attr_calls():
+    """(setattr, getattr) numbers and libc's syscall(), or None."""
+    numbers = SCHED_ATTR_SYSCALLS.get(os.uname().machine)
+    if not numbers:
+        return None
+    try:
+        import ctypes  # pylint: disable=import-outside-toplevel - only a part run in the runner needs it
+
+        syscall = ctypes.CDLL(None, use_errno=True).syscall
+        syscall.restype = ctypes.c_long
+    except (ImportError, OSError, AttributeError):
+        return None
+    return numbers, syscall, ctypes
+
+
+def utilization_clamp():
+    """This process's utilization clamp (util_min, util_max), as
+    sched_getattr reads it, or None where it cannot be read."""
+    calls = _sched_attr_calls()
+    if calls is None:
+        return None
+    numbers, syscall, ctypes = calls
+    buf = ctypes.create_string_buffer(SCHED_ATTR_SIZE)
+    if syscall(ctypes.c_long(numbers[1]), ctypes.c_int(0), buf, ctypes.c_uint(SCHED_ATTR_SIZE), ctypes.c_uint(0)):
+        return None
+    return clamp_of(buf.raw)
+
+
+def set_utilization_clamp(clamp):
+    """This process's utilization clamp set to CLAMP (sched_setattr, its
+    policy and nice value kept): None, or the errno it was refused with."""
+    calls = _sched_attr_calls()
+    if calls is None:
+        return errno.ENOSYS
+    numbers, syscall, ctypes = calls
+    attr = ctypes.create_string_buffer(clamp_attr(clamp), SCHED_ATTR_SIZE)
+    if syscall(ctypes.c_long(numbers[0]), ctypes.c_int(0), attr, ctypes.c_uint(0)):
+        return ctypes.get_errno()
+    return None
+
+
 def scheduling():
     """What another uid's process may change of this one while it acts as
-    that uid (sched_setaffinity, setpriority and sched_setscheduler need
-    only its effective uid): its nice value, scheduling policy and CPU
-    mask, as a call that puts them back (as root), or None when they
-    cannot be read."""
+    that uid (sched_setaffinity, setpriority, sched_setscheduler and
+    sched_setattr need only its effective uid): its nice value, scheduling
+    policy, CPU mask and utilization clamp (uclamp_min, uclamp_max), as a
+    call that puts them back (as root), or None when they cannot be read.
+    The call returns None, or a note that the clamp, changed, could not be
+    put back because the kernel sets none (no CONFIG_UCLAMP_TASK: no
+    process could have changed it either); any other refusal raises."""
     try:
         nice = os.getpriority(os.PRIO_PROCESS, 0)
         policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
         cpus = os.sched_getaffinity(0)
     except (AttributeError, OSError):
         return None
+    clamp = utilization_clamp()
 
     def restore():
         os.sched_setscheduler(0, policy, param)
         os.setpriority(os.PRIO_PROCESS, 0, nice)
         os.sched_setaffinity(0, cpus)
+        if clamp is None or utilization_clamp() == clamp:
+            return None
+        code = set_utilization_clamp(clamp)
+        if code in NO_CLAMP:
+            return "the kernel sets no utilization clamp (%s): not put back" % errno.errorcode.get(code, code)
+        if code:
+            raise OSError(code, "sched_setattr (utilization clamp): %s" % os.strerror(code))
+        return None
     return restore
 
 
@@ -527,6 +613,7 @@ class Run:
     _spare = None  # the next worker, started ahead (run_own's MORE)
     _fork_patience = 0.0  # FORK_PATIENCE once a kill in the runner freed pids
     unfit = None  # why the runner runs no part more (its own credentials)
+    _said_clamp = False  # the log said the kernel sets no utilization clamp
 
     def run_here(self, name, deadline, act_uid, why):
         """Part NAME (one of parts.IN_PROCESS) in the runner itself, when no
@@ -553,8 +640,10 @@ class Run:
         finally:
             if name in parts.ENDS_WORKER:
                 try:
-                    if restore is not None:
-                        restore()
+                    note = restore() if restore is not None else None
+                    if note and not self._said_clamp:
+                        self._said_clamp = True
+                        self.log.line("info", note, source=name)
                 except OSError as exc:
                     self.log.warning("cannot put the runner's scheduling back after %s: %s" % (name, exc))
                 if os.getresuid() != (0, 0, 0) or os.getresgid() != (0, 0, 0) or os.getgroups() != self._groups:
