@@ -2782,7 +2782,11 @@ def report(since=None, user=None, job=None):
     - ``would``: what observe mode (or, between jobs, the brake or a part
       turned off) would have done and did not, apart from what was done;
       ``stopped``: the job ends and looks the brake stopped; ``parts_off``;
-      ``modes``.
+      ``modes``;
+    - only where not 0, what was left or done another way
+      (``processes_left_saved_only``, ``kill_rounds_one_by_one``,
+      ``parts_ran_in_runner``, ``parts_not_run_no_fork``, ``ipc_left``,
+      ``ssh_lines_not_granted`` by why), each also a metric.
 
     since
         Only job ends since then: a duration back from now (30m, 12h, 1d,
