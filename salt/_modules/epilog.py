@@ -163,6 +163,8 @@ class _Chain:
         self.tool = os.path.join(self.releases, releases["tool"]["path"])
         self.tool_source = f"salt://_modules/{releases['tool']['module']}"
         self.localusers = next(f["path"] for f in layout["release_data"] if f["id"] == "localusers-backup")
+        self.allow_lock = os.path.join(confdir, next(f["path"] for f in layout["data"]
+                                                     if f["id"] == "config-ssh-allow-lock"))
         scripts = {script["id"]: script["path"] for script in layout["scripts"]}
         # the entry points' paths in a release: Python that /usr/bin/python3 runs
         self.scripts = set(scripts.values())
@@ -1677,6 +1679,8 @@ def verify(expect=None, verbose=False):
     - sshd's PAM account stack agrees with ``epilog:ssh_access``;
     - the minion's schedule entries agree with ``epilog:schedule`` (a
       warning);
+    - the ssh allow file's lines part 39 would never remove (a warning,
+      ``[ssh-allow-line-never-revoked]``: the first 20 names and why);
     - the mode and the brake: ``[mode-observe]``, ``[parts-off]`` and
       ``[brake-on]`` are warnings (a rollout still passes); a stop file the
       chain ignores (``[stop-file-untrusted]``) or a place where none could
@@ -1902,12 +1906,42 @@ def _verify(expect, verbose):
         warnings.extend(container_warnings)
     problems_pam, warnings_pam = _ssh_access(settings)
     problems.extend(problems_pam)
-    warnings.extend(warnings_pam)
+    warnings.extend(warnings_pam + _never_revoked(settings, chain))
     looked["schedule"], schedule_warnings = _schedule_report(settings)
     warnings.extend(schedule_warnings)
     info.append(_ipc_note(settings))
     _mode_and_brake(settings, problems, warnings)
     return _answer(problems, warnings, release, verbose, looked)
+
+
+def _never_revoked(settings, chain):
+    """[ssh-allow-line-never-revoked], a warning: the allow file's lines
+    part 39 would never remove (parts.never_revoked), judged by the current
+    release's list and rules as a job end of each account would be: lines
+    an earlier release granted (before prolog 50 followed the guard), or a
+    hand wrote. The file is read as part 39 reads it, never through a
+    symlink; the first 20 names are shown, escaped."""
+    path = settings["ssh_allow_file"]
+    try:
+        if _node.parts.not_run("39-lastuserjob-ssh", settings):
+            return []
+        release_dir, _ = _current_release(chain)
+        chars = _node.runner.load(release_dir)[1]["account_chars"]
+    except (CommandExecutionError, OSError, ValueError, KeyError):
+        return []  # no current release to judge by: verify says so
+    try:
+        found = _node.parts.never_revoked(_node.parts.allow_lines(_node.system.read_file(path, 16 << 20)),
+                                          _node.guard.judge_names(os.path.join(release_dir, chain.localusers), chars))
+        names = ", ".join(f"{_shown(name)} ({why})" for name, why in found[:20]) + (" ..." if len(found) > 20 else "")
+        said = (f"{len(found)} line(s) of {_shown(path)} name accounts the localusers guard does not act for, so part "
+                f"39 never removes them (nor does prolog 50 grant them now): {names}; remove each by hand, under the "
+                f"lock parts 39 and 50 take: flock {chain.allow_lock} sed -i '/^NAME$/d' {_shown(path)}")
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        found, said = True, (f"{_shown(path)} is not a regular file that can be read without following a symlink "
+                             f"({exc.strerror or exc}): part 39 leaves every line of it alone")
+    return [f"[ssh-allow-line-never-revoked] {said}"] if found else []
 
 
 def _mode_and_brake(settings, problems, warnings):
@@ -2748,7 +2782,11 @@ def report(since=None, user=None, job=None):
     - ``would``: what observe mode (or, between jobs, the brake or a part
       turned off) would have done and did not, apart from what was done;
       ``stopped``: the job ends and looks the brake stopped; ``parts_off``;
-      ``modes``.
+      ``modes``;
+    - only where not 0, what was left or done another way
+      (``processes_left_saved_only``, ``kill_rounds_one_by_one``,
+      ``parts_ran_in_runner``, ``parts_not_run_no_fork``, ``ipc_left``,
+      ``ssh_lines_not_granted`` by why), each also a metric.
 
     since
         Only job ends since then: a duration back from now (30m, 12h, 1d,

@@ -89,7 +89,11 @@ def test_definite_nonmatch_is_cleaned_up_by_every_part(chain):
 
 def test_lookup_failed_file_absent_spares_and_warns(chain, restore_list):
     chain.localusers.unlink()
-    run_row(chain, "alice", "spare", log_has=[f"localusers lookup failed (No such file or directory: {chain.localusers})"])
+    log = run_row(chain, "alice", "spare",
+                  log_has=[f"localusers lookup failed (No such file or directory: {chain.localusers})"])
+    # her line stays, and part 39 says until when
+    stays = f"the user's line in {chain.allow_file}, if any, stays until a job end of theirs here at which the lookups"
+    assert any("39-lastuserjob-ssh" in line and stays in line for line in log.splitlines()), log
 
 
 def test_lookup_failed_directory_spares_and_warns(chain, restore_list):

@@ -75,6 +75,10 @@ def test_a_spared_and_an_unknown_job_end_are_recorded_with_their_reasons(own_cha
     assert unknown["guard"] == {"answer": "not asked", "why": ""}
     assert parts_of(unknown)["40-lastuserjob-processes"] == {
         "part": "40-lastuserjob-processes", "ran": False, "why": "other jobs: unknown"}
+    # a lookup failed: the line prolog 50 granted stays, and 39 says until when
+    assert parts_of(unknown)["39-lastuserjob-ssh"]["why"] == (
+        f"other jobs: unknown; the user's line in {c.allow_file}, if any, stays until a job end of theirs here at "
+        "which the lookups succeed, or until removed by hand")[:256]
 
 
 @pytest.mark.parametrize("name", ['x"y', "back\\slash", "new\nline", "-v", "\x1b[2J", "é\udcff", '"\\' * 1500])

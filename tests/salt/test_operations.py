@@ -160,6 +160,32 @@ def test_verify_names_a_listed_operator_that_does_not_resolve_here(node):
     assert "epilog:localusers names 'nobody-of-this-name', which does not resolve on this node" in problems
 
 
+def test_verify_names_the_allow_file_lines_part_39_never_removes(node):
+    """Lines an earlier release granted (or a hand wrote) to accounts the
+    guard spares stay for ever: verify warns of them, a listed operator, a
+    system account (nobody, 65534, above UID_MAX), names that do not
+    resolve (escaped), the first 20 and a count, and says how to remove
+    them; alice's line goes at her last job end, and is not named. A
+    symlink in the allow file's place is not followed."""
+    node.apply()
+    allow = node.base / "localusers"
+    ghosts = [f"ghost{i:02d}" for i in range(25)]
+    allow.write_text("\n".join(["je.kim", "nobody", "evil\x1b[2J", "alice", *ghosts]) + "\n")
+    verified = node.run("verify")
+    assert verified["result"] is True, verified["problems"]
+    (warning,) = [text for text in verified["warnings"] if text.startswith("[ssh-allow-line-never-revoked]")]
+    assert warning.startswith(f"[ssh-allow-line-never-revoked] 28 line(s) of {allow} name accounts the localusers "
+                              "guard does not act for, so part 39 never removes them"), warning
+    shown = ", ".join(["je.kim (listed)", "nobody (system account)", "evil\\x1b[2J (unknown user)",
+                       *(f"{name} (unknown user)" for name in ghosts[:17])])
+    assert f": {shown} ...; remove each by hand" in warning and "alice" not in warning, warning
+    assert f"flock {node.conf_dir}/ssh_allow.lock sed -i '/^NAME$/d' {allow}" in warning
+    allow.unlink()
+    allow.symlink_to(node.base / "records.jsonl")
+    (warning,) = [text for text in node.run("verify")["warnings"] if text.startswith("[ssh-allow-line-never")]
+    assert "without following a symlink" in warning, warning
+
+
 def wired(node, extra=""):
     """A slurm.conf that wires the chain as verify wants it, plus EXTRA."""
     (node.conf_dir / "slurm.conf").write_text(

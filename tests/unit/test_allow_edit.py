@@ -96,3 +96,47 @@ def test_an_edit_in_place_never_names_anyone_new_even_torn(op, user, data, final
     for state in states:
         assert names(state) <= allowed, state
     assert all(len(state) >= len(data) for state in states)
+
+
+guard = node("guard")
+
+
+def verdict(answer, listed, system=False):
+    return guard.Verdict(answer, 50101 if answer == "act" else None, "why", "info", listed, system)
+
+
+VERDICTS = {"alice": verdict("act", "not listed"), "je.kim": verdict("spare", "listed"),
+            "slurm60500": verdict("spare", "not listed", system=True), "ghost": verdict("unknown", "unknown user"),
+            "bob": verdict("unknown", "lookup error")}
+
+
+def test_the_lines_part_39_never_removes():
+    """Of the allow file's lines, those whose account the guard would not act
+    for at a job end of theirs, each once, with why: a listed operator's, a
+    system account's (uid 60001-65535 above UID_MAX), a name that does not
+    resolve. A line the guard acts for goes at its last job end; one whose
+    lookup failed (lookup error) goes at a job end where it succeeds: neither
+    is reported. Blank lines and an in-place edit's #s name nobody."""
+    data = b"alice\nje.kim\r\n\n#####\nslurm60500\nghost\nbob\nje.kim\n"
+    asked = []
+
+    def verdict_of(name):
+        asked.append(name)
+        return VERDICTS[name]
+
+    assert parts.never_revoked(parts.allow_lines(data), verdict_of) == [
+        ("je.kim", "listed"), ("slurm60500", "system account"), ("ghost", "unknown user")]
+    assert sorted(asked) == sorted(VERDICTS)  # each name judged once
+
+
+def test_the_guard_judges_an_allow_file_line_as_a_job_end_of_its_account(tmp_path):
+    """judge_names: the name's own uid as SLURM_JOB_UID, the list read once:
+    root (uid 0 is no job uid) and a name that does not resolve are unknown
+    users; a listed name is listed."""
+    listing = tmp_path / "localusers.backup"
+    listing.write_text("root\n")
+    verdict_of = guard.judge_names(str(listing), "a-z0-9._-")
+    assert guard.spared_as(verdict_of("root")) == "unknown user"
+    assert guard.spared_as(verdict_of("no-such-account-here")) == "unknown user"
+    listing.write_text("nobody\n")
+    assert guard.spared_as(guard.judge_names(str(listing), "a-z0-9._-")("nobody")) == "listed"

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from tests.unit.conftest import node
+from tests.unit.test_observe import Trusting
 
 record = node("record")
 guard = node("guard")
@@ -84,3 +85,38 @@ def test_the_metrics_count_a_record_and_parse_back():
 ])
 def test_the_metrics_read_back_only_what_they_wrote(line, kept):
     assert bool(record.read_metrics(line.encode())) == kept
+
+
+def test_what_the_chain_left_or_did_another_way_reaches_the_metrics_and_the_report(tmp_path):
+    """Part 40's processes left alone by saved uid and its rounds without
+    kill(-1), a part run in the runner and one not run for want of a pid,
+    part 42's IPC objects left for want of time and prolog 50's lines not
+    granted: a counter each on the node, and a key of the report only
+    where it is not 0."""
+    kill = {"kill": {"outcome": "done", "signalled": 3, "saved_only": 2, "one_by_one": 1},
+            "ran_in_runner": "no free pid"}
+    rec = build(parts=[record.part_ran("40-lastuserjob-processes", 0, 1, kill),
+                       record.part_skipped("42-lastuserjob-cleanup", "no free pid"),
+                       record.part_ran("43-x", 0, 1, {"ipc": {"removed": {"shm": 1}, "bytes": 0, "kept": {},
+                                                             "left": 4, "would": True}})])
+    prolog = record.build("prolog", "n1", "8", "je.kim", "50102", "0123456789ab", 1.0, 1, None, None, 0, [
+        record.part_ran("50-exclusive-ssh", 0, 1, {"allow": {"op": "add", "change": "not granted", "why": "listed"}})])
+    path = tmp_path / "epilog.prom"
+    for each in (rec, prolog, build()):
+        assert record.update_metrics(Trusting(), str(path), each)
+    metrics = record.read_metrics(path.read_bytes())
+    assert {key: metrics[key] for key in (
+        "epilog_processes_left_saved_only_total", "epilog_kill_rounds_one_by_one_total",
+        "epilog_parts_ran_in_runner_total", "epilog_parts_not_run_no_fork_total", "epilog_ipc_left_total",
+        'epilog_ssh_not_granted_total{why="listed"}', 'epilog_ssh_not_granted_total{why="system_account"}')} == {
+        "epilog_processes_left_saved_only_total": 2, "epilog_kill_rounds_one_by_one_total": 1,
+        "epilog_parts_ran_in_runner_total": 1, "epilog_parts_not_run_no_fork_total": 1, "epilog_ipc_left_total": 4,
+        'epilog_ssh_not_granted_total{why="listed"}': 1, 'epilog_ssh_not_granted_total{why="system_account"}': 0}
+    assert "# HELP epilog_ssh_not_granted_total " in path.read_text()
+    out = record.summary([rec, prolog, rec, build()])
+    assert {key: out[key] for key in (key for key, _, _ in record.SHORTFALLS)} == {
+        "processes_left_saved_only": 4, "kill_rounds_one_by_one": 2, "parts_ran_in_runner": 2,
+        "parts_not_run_no_fork": 2, "ipc_left": 8}
+    assert out["ssh_lines_not_granted"] == {"listed": 1}
+    quiet = record.summary([build()])
+    assert not set(quiet) & {"ssh_lines_not_granted", *(key for key, _, _ in record.SHORTFALLS)}

@@ -160,3 +160,23 @@ def check(ident, user, list_path):
     if not ident.ok:
         return decide(ident, user or "", b"", list_path, resolve, (0, 0))
     return decide(ident, user, read_list(list_path), list_path, resolve, system.login_defs())
+
+
+
+def judge_names(list_path, account_chars):
+    """name -> check()'s verdict at a job end of the account NAME as slurmd
+    would pass it (the uid NAME resolves to here as SLURM_JOB_UID; none when
+    it does not), for many names: the list and login.defs read once, each
+    name looked up once. What epilog.verify judges the allow file's lines by."""
+    listing, defs, uids = read_list(list_path), system.login_defs(), {}
+
+    def lookup(name):
+        if name not in uids:
+            uids[name] = resolve(name)
+        return uids[name]
+
+    def verdict_of(name):
+        uid = lookup(name)
+        ident = identity(name, None if uid is None else str(uid), lookup, account_chars)
+        return decide(ident, name, listing, list_path, lookup, defs)
+    return verdict_of

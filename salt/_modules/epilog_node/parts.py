@@ -198,6 +198,32 @@ def revoke_ssh(ctx):
     allow_edit(ctx, "remove", ctx.user)
 
 
+# what part 39, not run because a lookup failed, says of the line 50 granted
+LINE_STAYS = ("the user's line in %s, if any, stays until a job end of theirs here at which the lookups succeed, "
+              "or until removed by hand")
+
+
+def never_revoked(lines, verdict_of):
+    """[(name, why)] of the allow file's LINES (allow_lines) that part 39
+    would never remove: each name once, as it reads it (a CR at the end
+    ignored; blank lines and the #s of an in-place edit are no name).
+    VERDICT_OF: name (str) -> the guard's verdict at a job end of that
+    account (guard.judge_names). A name the guard acts for goes at its last
+    job end, one it cannot judge for a lookup error at a job end where the
+    lookup succeeds; any other (listed, system account, unknown user) never:
+    WHY is guard.spared_as."""
+    out, seen = [], set()
+    for line in lines:
+        name = _name(line)
+        if not name or _filler(line) or name in seen:
+            continue
+        seen.add(name)
+        verdict = verdict_of(os.fsdecode(name))
+        if verdict.answer != "act" and verdict.listed != "lookup error":
+            out.append((os.fsdecode(name), guard.spared_as(verdict)))
+    return out
+
+
 def grant_ssh(ctx):
     """50: the user's line, only for a user the lastuserjob parts act for
     (guard.check, the one rule of both ends): a line part 39 would never
@@ -1105,6 +1131,7 @@ def warm(settings):
 # the parts that edit the ssh allow file: run only when it governs ssh
 # (epilog:ssh_access listfile)
 ALLOW_FILE_PARTS = ("39-lastuserjob-ssh", "50-exclusive-ssh")
+REVOKE = ALLOW_FILE_PARTS[0]
 
 # Why a part does not run under the settings: WHY for the log, RECORDED for
 # the record.

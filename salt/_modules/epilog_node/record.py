@@ -202,12 +202,12 @@ def would_fact(fact):
 
 def facts_of(record, key, would=False):
     """The facts KEY (dicts) of RECORD's parts that say what was done, or
-    (WOULD) what would have been done and was not."""
+    (WOULD) what would have been done and was not (None: either)."""
     out = []
     for part in record["parts"]:
         facts = part.get("facts") if isinstance(part, dict) and isinstance(part.get("facts"), dict) else {}
         fact = facts.get(key)
-        if isinstance(fact, dict) and would_fact(fact) == would:
+        if isinstance(fact, dict) and would in (None, would_fact(fact)):
             out.append(fact)
     return out
 
@@ -245,6 +245,49 @@ def ssh_lines(record, would=False):
     """The ssh allow lines part 39 removed (WOULD: would have removed)."""
     return sum(1 for allow in facts_of(record, "allow", would)
                if allow.get("op") == "remove" and allow.get("change") in ("removed", "would remove"))
+
+
+# What a record says the chain left, or did another way, in either mode:
+# (epilog.report's key, when not 0; the counter; its HELP).
+SHORTFALLS = (
+    ("processes_left_saved_only", "epilog_processes_left_saved_only_total", "Processes part 40 left alone whose "
+     "saved uid alone was the user's (another account's run of a program she made setuid to herself)."),
+    ("kill_rounds_one_by_one", "epilog_kill_rounds_one_by_one_total", "Rounds of part 40 that sent no kill(-1) "
+     "while such a process lived: the user's process groups signalled whole, her other processes one by one."),
+    ("parts_ran_in_runner", "epilog_parts_ran_in_runner_total", "Parts the runner ran itself: it could fork no "
+     "process for them (no free pid)."),
+    ("parts_not_run_no_fork", "epilog_parts_not_run_no_fork_total", "Parts not run: they need a process of their "
+     "own, and the runner could fork none (no free pid)."),
+    ("ipc_left", "epilog_ipc_left_total", "System V IPC objects part 42 (or a look between jobs) left for want of "
+     "time, judged again later."),
+)
+SHORTFALL_METRIC = {key: metric for key, metric, _ in SHORTFALLS}
+# prolog 50's facts change: not granted, by why (guard.spared_as, _ for a space)
+NOT_GRANTED = ("listed", "system_account", "lookup_error", "unknown_user")
+NOT_GRANTED_METRIC = 'epilog_ssh_not_granted_total{why="%s"}'
+
+
+def shortfalls(record):
+    """{SHORTFALLS' report key: n, ssh_lines_not_granted: {why: n}} of
+    RECORD, none at 0."""
+    out, granted = {}, {}
+    for kill in facts_of(record, "kill", None):
+        out["processes_left_saved_only"] = out.get("processes_left_saved_only", 0) + _count(kill.get("saved_only"))
+        out["kill_rounds_one_by_one"] = out.get("kill_rounds_one_by_one", 0) + _count(kill.get("one_by_one"))
+    out["ipc_left"] = sum(_count(fact.get("left")) for fact in facts_of(record, "ipc", None))
+    parts = [part for part in record["parts"] if isinstance(part, dict)]
+    out["parts_ran_in_runner"] = sum(1 for part in parts if part.get("ran") and isinstance(part.get("facts"), dict)
+                                     and part["facts"].get("ran_in_runner"))
+    out["parts_not_run_no_fork"] = sum(1 for part in parts if not part.get("ran") and (
+        part.get("why") == "no free pid" or str(part.get("why")).startswith("cannot fork: ")))
+    for allow in facts_of(record, "allow"):
+        why = str(allow.get("why")).replace(" ", "_")
+        if allow.get("op") == "add" and allow.get("change") == "not granted" and why in NOT_GRANTED:
+            granted[why] = granted.get(why, 0) + 1
+    out = {key: n for key, n in out.items() if n}
+    if granted:
+        out["ssh_lines_not_granted"] = granted
+    return out
 
 
 def stopped_parts(record):
@@ -336,8 +379,12 @@ def render_metrics(metric):
     for stage in ("epilog", "prolog"):
         key = 'epilog_job_ends_total{stage="%s"}' % stage
         out.append("%s %d" % (key, metric.get(key, 0)))
-    for key, words in _HELP:
+    for key, words in _HELP + tuple(shortfall[1:] for shortfall in SHORTFALLS):
         out += ["# HELP %s %s" % (key, words), "# TYPE %s counter" % key, "%s %d" % (key, metric.get(key, 0))]
+    out += ["# HELP epilog_ssh_not_granted_total Job starts at which prolog 50 granted no ssh line, as part 39 "
+            "would never remove it (the localusers guard does not act for the user), by why.",
+            "# TYPE epilog_ssh_not_granted_total counter"]
+    out += ["%s %d" % (NOT_GRANTED_METRIC % why, metric.get(NOT_GRANTED_METRIC % why, 0)) for why in NOT_GRANTED]
     out += ["# HELP epilog_residue_removed_total Entries the chain removed, by kind (user_files: part 42).",
             "# TYPE epilog_residue_removed_total counter"]
     for kind in RESIDUE_KINDS:
@@ -448,6 +495,11 @@ def update_metrics(trust, path, record):
                 add(IPC_KEPT_METRIC % reason, n)
         if record.get("stopped"):
             add("epilog_stopped_total", 1)
+        for key, n in shortfalls(record).items():
+            for why, m in n.items() if isinstance(n, dict) else ():
+                add(NOT_GRANTED_METRIC % why, m)
+            if key in SHORTFALL_METRIC:
+                add(SHORTFALL_METRIC[key], n)
         add("epilog_warnings_total", record["warnings"])
         if record["stage"] in BETWEEN_JOBS:
             # a look between jobs: no job end, and no chain's duration
@@ -754,6 +806,14 @@ def summary(chosen, start=None):
     between, would = out["between_jobs"], out["would"]
     for rec in chosen:
         out["warnings"] += rec.get("warnings") if isinstance(rec.get("warnings"), int) else 0
+        # what was left or done another way: a key only where it is not 0
+        for key, n in shortfalls(rec).items():
+            if isinstance(n, dict):
+                into = out.setdefault(key, {})
+                for why, m in n.items():
+                    into[why] = into.get(why, 0) + m
+            else:
+                out[key] = out.get(key, 0) + n
         if rec.get("stopped"):
             stop_files.add(str(rec["stopped"]))
             out["stopped"]["looks" if rec.get("stage") in BETWEEN_JOBS else "job_ends"] += 1

@@ -968,12 +968,14 @@ class Run:
             if self.stage == "epilog" and "-lastuserjob-" in name:
                 if self.other.answer != "no":
                     entries.append(self.skip(name, "info", "other jobs of this user on this node: %s"
-                                             % self.other.answer, "other jobs: " + self.other.answer))
+                                             % self.other.answer, "other jobs: " + self.other.answer,
+                                             failed=self.other.answer == "unknown"))
                     continue
                 verdict = self.ask_guard()
                 if verdict.answer != "act":
                     entries.append(self.skip(name, "info", "the localusers guard says do nothing",
-                                             "the localusers guard", outcome=("guard", verdict.why)))
+                                             "the localusers guard", outcome=("guard", verdict.why),
+                                             failed=verdict.answer == "unknown"))
                     continue
                 act_uid = verdict.uid
                 left = self.room(own_after)  # the guard's account lookups took their time
@@ -1059,8 +1061,12 @@ class Run:
             self.log.warning("stop file %s" % found.why)
         return None
 
-    def skip(self, name, level, logged, why, outcome=None):
-        """Part NAME does not run: the log says LOGGED, the record WHY."""
+    def skip(self, name, level, logged, why, outcome=None, failed=False):
+        """Part NAME does not run: the log says LOGGED, the record WHY; for
+        part 39 where a lookup FAILED, both say how long the line stays."""
+        if failed and name == parts.REVOKE:
+            stays = parts.LINE_STAYS % self.names["allow_file"]
+            logged, why = "%s; %s" % (logged, stays), "%s; %s" % (why, stays)
         self.log.line(level, "skipping %s: %s" % (name, logged))
         self.outcomes[name] = outcome or ("skip", logged)
         return record.part_skipped(name, why)
@@ -1146,6 +1152,8 @@ def part(argv0):
         if "-lastuserjob-" in name:
             verdict = guard.check(run.identity, run.user, run.names["localusers"])
             run.log.line(verdict.level, verdict.why)
+            if verdict.answer == "unknown" and name == parts.REVOKE:
+                run.log.line(verdict.level, parts.LINE_STAYS % run.names["allow_file"])
             if verdict.answer != "act":
                 return 0
             act_uid = verdict.uid

@@ -424,7 +424,7 @@ def _record(run_, report, removed_ipc):
               "saved_only": u["kill"].get("saved_only", 0) if isinstance(u.get("kill"), dict) else 0}
              for u in report["users"][:RECORD_USERS]]
     ran = [record.part_ran("epilog.strays", 0, report["ms"], {"ipc": removed_ipc})] \
-        if sum(removed_ipc["removed"].values()) or removed_ipc["kept"] else []
+        if sum(removed_ipc["removed"].values()) or removed_ipc["kept"] or removed_ipc["left"] else []
     rec = record.build("strays", report["node"], None, None, None, run_.release, run_.start, report["ms"], None,
                        None, run_.log.warnings, ran, mode=report["mode"], stopped=report.get("stopped"),
                        stop_ignored=report.get("stop_ignored"), off=report["off"])
