@@ -112,3 +112,21 @@ def test_the_laid_down_path_that_is_another_file_in_slurmds_root_is_not_the_chai
                 f"is not the laid-down {chain}/{key}.sh (another file there, or none)")
         here = str(tmp_path / "slurm.conf")
         assert epilog._not_laid(here, "epilog", f"{chain}/epilog.sh", str(chain / "epilog.sh")) is None
+
+
+def test_job_containers_base_path_and_spool_are_listed_in_slurmds_root():
+    """job_container/tmpfs of a slurmd in its own mount namespace: its
+    job_container.conf, its BasePath and its spool exist only there (a
+    fresh /etc/slurm): the job directory no step in the spool owns is
+    stale, the one a step socket names is not, each read in that root."""
+    with mount_namespace(fresh=("/etc/slurm",)) as ns:
+        holder = int(ns[1].split("=", 1)[1])
+        subprocess.run([*ns, "sh", "-c", "cd /etc/slurm && echo BasePath=/etc/slurm/jobs > job_container.conf "
+                        "&& mkdir -p jobs/123 jobs/456 spool && /usr/bin/python3 -c 'import socket; "
+                        "socket.socket(socket.AF_UNIX).bind(\"/etc/slurm/spool/n1_456.0\")'"], check=True)
+        conf = f"/proc/{holder}/root/etc/slurm/slurm.conf"
+        info, warnings = epilog._job_container(conf, {"jobcontainertype": "job_container/tmpfs"},
+                                               {"slurmd_spool_dir": "/etc/slurm/spool"}, "n1")
+        assert info and warnings == [
+            "[job-container-stale-dirs] 1 job directory under BasePath /etc/slurm/jobs that no running job owns (no "
+            "step of theirs in /etc/slurm/spool), left by a failed launch or teardown: /etc/slurm/jobs/123"], warnings
