@@ -11,8 +11,6 @@ laid down on a node: changing it changes no release.
 """
 
 import contextlib
-import errno
-import fnmatch
 import importlib
 import importlib.util
 import json
@@ -51,7 +49,7 @@ def _load_package(directory, name):
         for sub in ("system", "log", "guard", "evidence", "record", "sweep", "parts", "runner"):
             setattr(module, sub, importlib.import_module(f"{name}.{sub}"))
         # what verify and explain alone ask (a release made before them has none)
-        for sub in ("pam", "ipc"):
+        for sub in ("pam", "ipc", "roots"):
             if os.path.isfile(os.path.join(directory, f"{sub}.py")):
                 setattr(module, sub, importlib.import_module(f"{name}.{sub}"))
     except BaseException:
@@ -546,8 +544,7 @@ def _shown(name):
     chain_wired, explain and the strays view put into their answers goes
     through it; one longer than PATH_MAX (a slurm.conf may give anything)
     is cut there, with ... after it."""
-    name = str(name)
-    return _node.system.show(name) if len(name) <= 4096 else _node.system.show(name[:4096]) + "..."
+    return _node.roots.shown(name)
 
 
 # -- one call ------------------------------------------------------------------
@@ -583,226 +580,22 @@ def _memo():
     return getattr(threading.current_thread(), _MEMO, None)
 
 
-# -- paths inside a process's root ---------------------------------------------
-_O_PATH = getattr(os, "O_PATH", 0o10000000)
-# openat2(2) (Linux 5.6): its number on every architecture, and its flags
-_SYS_OPENAT2 = 437
-_RESOLVE_NO_MAGICLINKS, _RESOLVE_IN_ROOT = 0x02, 0x10
-_SYMLINK_HOPS = 40  # the kernel's own bound (MAXSYMLINKS)
-_STEPS_MAX = 4096  # names one resolution opens at most: PATH_MAX's worth, links and all
-_OPENAT2 = []  # [the C library's syscall function, ctypes], or [None]: not here
-
-
-def _openat2(dirfd, path, flags, resolve):
-    """openat2(DIRFD, PATH, FLAGS, RESOLVE): a descriptor, or None where
-    the kernel (or the C library) has no openat2; OSError otherwise."""
-    if not _OPENAT2:
-        try:
-            import ctypes  # pylint: disable=import-outside-toplevel
-            syscall = ctypes.CDLL(None, use_errno=True).syscall
-            syscall.restype = ctypes.c_long
-            _OPENAT2.append((syscall, ctypes))
-        except (OSError, AttributeError):
-            _OPENAT2.append(None)
-    if _OPENAT2[0] is None:
-        return None
-    syscall, ctypes = _OPENAT2[0]
-    how = (ctypes.c_uint64 * 3)(flags | os.O_CLOEXEC, 0, resolve)  # struct open_how: flags, mode, resolve
-    fd = syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(dirfd), ctypes.c_char_p(os.fsencode(path)),
-                 ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
-    if fd < 0:
-        err = ctypes.get_errno()
-        if err == errno.ENOSYS:
-            _OPENAT2[0] = None
-            return None
-        raise OSError(err, os.strerror(err), path)
-    return fd
-
-
-class _Root:
-    """The root directory process PID sees (None: this process's), held
-    open: /proc/PID/root opened as a directory enters that process's root
-    in its own mount namespace. Every path of its (the slurm.conf it reads,
-    what that includes, their globs, its build's library) is resolved
-    inside it as the kernel resolves it for that process: an absolute
-    symlink or path from that root, .. never above it, no magic link of a
-    /proc in it followed. Shown as /proc/PID/root/... in the answers."""
-
-    def __init__(self, pid=None):
-        self.prefix = "" if pid is None else f"/proc/{int(pid)}/root"
-        self.fd = os.open(self.prefix or "/", _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-
-    def close(self):
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-    def shown(self, path):
-        return _shown(self.prefix + path)
-
-    def resolve(self, path, follow=True):
-        """PATH (absolute, in this root) resolved one name at a time, each
-        opened O_PATH|O_NOFOLLOW in the directory opened before it: a
-        symlink's text is read from its descriptor and resolved in this
-        root (40 at most), .. goes back to the directory it came from and
-        never above the root; the last name's symlink is not followed unless
-        FOLLOW. Returns (an O_PATH descriptor of what PATH names, which the
-        caller closes; its fstat; placed), placed True when each directory
-        the resolution went through passed Trust's rule on the descriptor
-        opened for it (an ancestor may be sticky, the directory that holds
-        the file or a symlink may not). OSError when it names nothing, or
-        takes more than _STEPS_MAX names."""
-        rule = _node.system.Trust.root_dir
-        stack = [(os.dup(self.fd), os.fstat(self.fd))]
-        todo = [name for name in reversed(path.split("/")) if name]
-        hops, placed, steps = 0, True, 0
-        try:
-            while todo:
-                name = todo.pop()
-                steps += 1
-                if steps > _STEPS_MAX:
-                    raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), self.prefix + path[:256])
-                if name == ".":
-                    continue
-                if name == "..":
-                    if len(stack) > 1:
-                        os.close(stack.pop()[0])
-                    continue
-                fd = os.open(name, _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=stack[-1][0])
-                st = os.fstat(fd)
-                link = stat.S_ISLNK(st.st_mode)
-                placed = placed and bool(rule(stack[-1][1], last=link or not todo))
-                if link and (todo or follow):
-                    try:
-                        target = os.readlink("", dir_fd=fd)
-                    finally:
-                        os.close(fd)
-                    hops += 1
-                    if hops > _SYMLINK_HOPS:
-                        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), self.prefix + path)
-                    if target.startswith("/"):
-                        while len(stack) > 1:
-                            os.close(stack.pop()[0])
-                    todo.extend(name for name in reversed(target.split("/")) if name)
-                    continue
-                stack.append((fd, st))
-                if todo and not stat.S_ISDIR(st.st_mode):
-                    raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), self.prefix + path)
-            fd, st = stack.pop()
-            return fd, st, placed
-        finally:
-            for fd, _ in stack:
-                os.close(fd)
-
-    def stat(self, path):
-        """The stat of what PATH names in this root, resolved by the kernel
-        (openat2's RESOLVE_IN_ROOT and RESOLVE_NO_MAGICLINKS) where it has
-        openat2, else by resolve(). OSError when it names nothing."""
-        if "\0" in path:
-            raise ValueError("embedded null byte")
-        fd = _openat2(self.fd, path, _O_PATH, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
-        if fd is None:
-            fd = self.resolve(path)[0]
-        try:
-            return os.fstat(fd)
-        finally:
-            os.close(fd)
-
-    def exists(self, path):
-        try:
-            self.stat(path)
-            return True
-        except (OSError, ValueError):
-            return False
-
-    @staticmethod
-    def read(fd, limit):
-        """The first LIMIT bytes of the regular file whose O_PATH descriptor
-        is FD: that very inode, reopened through the descriptor, never
-        blocking on a FIFO."""
-        with os.fdopen(os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC),
-                       "rb") as handle:
-            return handle.read(limit)
-
-    @staticmethod
-    def names(fd, bounds):
-        """The names in the directory whose O_PATH descriptor is FD, listed
-        through it while BOUNDS allows one more entry."""
-        out = []
-        listed = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            with os.scandir(listed) as entries:
-                for entry in entries:
-                    if not bounds.take("entries"):
-                        break
-                    out.append(entry.name)
-        finally:
-            os.close(listed)
-        return out
-
-    def glob(self, pattern, bounds, listed):
-        """The paths in this root PATTERN (absolute) names, sorted, as
-        glob(3) finds them: a name fnmatch's * ? [...] match in a directory
-        listed through its descriptor, a name with a leading dot only by a
-        pattern with one, each match there (lstat). Each directory listed
-        is added to LISTED as (its path, fstat, placed); BOUNDS bounds the
-        entries listed, the matches and the time."""
-        found = ["/"]
-        for part in (part for part in pattern.split("/") if part):
-            if not _MAGIC.search(part):
-                found = [posixpath.join(path, part) for path in found]
-                continue
-            matched = []
-            for base in found:
-                if bounds.over():
-                    break
-                try:
-                    fd, st, placed = self.resolve(base)
-                except (OSError, ValueError):
-                    continue
-                try:
-                    if not stat.S_ISDIR(st.st_mode):
-                        continue
-                    listed.append((base, st, placed))
-                    names = self.names(fd, bounds)
-                except OSError:
-                    continue
-                finally:
-                    os.close(fd)
-                matched += [posixpath.join(base, name) for name in names
-                            if (part.startswith(".") or not name.startswith(".")) and fnmatch.fnmatchcase(name, part)]
-            found = matched
-        out = []
-        for path in sorted(found):
-            if not bounds.take("matches"):
-                break
-            try:
-                os.close(self.resolve(path, follow=False)[0])
-            except (OSError, ValueError):
-                continue
-            out.append(path)
-        return out
-
-
-_IN_ROOT = re.compile(r"/proc/([0-9]+)/root(/.*)?\Z", re.S)
-
-
+# -- paths inside a process's root (epilog_node/roots.py) -------------------
 def _split_root(path):
     """(pid, the path in its root) of a path /proc/PID/root/... (how a
     slurmd's own file is named here), else (None, PATH made absolute)."""
-    found = _IN_ROOT.match(path)
-    if found:
-        return int(found.group(1)), found.group(2) or "/"
-    return None, os.path.abspath(path)
+    return _node.roots.split(path)
 
 
 @contextlib.contextmanager
 def _root(pid):
-    """The _Root of process PID (None: this process's): the call's own
-    (opened once per call), or one opened for this use and closed after."""
+    """The roots.Root of process PID (None: this process's): the call's own
+    (opened once per call; a slurmd's refused once its pid names another
+    process than the one _running_slurmds found), or one opened for this
+    use and closed after."""
     memo = _memo()
     if memo is None:
-        root = _Root(pid)
+        root = _node.roots.Root(pid)
         try:
             yield root
         finally:
@@ -810,7 +603,7 @@ def _root(pid):
         return
     key = ("root", pid)
     if key not in memo:
-        memo[key] = _Root(pid)
+        memo[key] = _node.roots.Root(pid, started=memo.get(("started", pid)))
     yield memo[key]
 
 
@@ -825,7 +618,7 @@ def _stat(path):
 
 def _resolved(pid, path, follow=True):
     """(fstat, placed) of PATH resolved in the root of process PID (None:
-    this process's), as _Root.resolve gives them; None when it names
+    this process's), as roots.Root.resolve gives them; None when it names
     nothing."""
     try:
         with _root(pid) as root:
@@ -848,9 +641,32 @@ def _root_only_in(directory):
     pid, inner = _split_root(directory)
     if pid is None:
         return _root_only(directory)
-    found = _resolved(pid, inner)
-    return found is not None and found[1] and bool(_node.system.Trust.root_dir(found[0], True))
+    try:
+        with _root(pid) as root:
+            return root.root_only(inner)
+    except OSError:
+        return False
 
+
+
+def _in_slurmds_root(conf, value, mine):
+    """For a slurm.conf CONF read through a slurmd's root (/proc/PID/root/...:
+    that slurmd runs in another mount namespace, where a path may name
+    another file than here, or one only there): whether VALUE (a path it
+    gives, relative to its directory) names, inside that root, the file or
+    directory MINE (a path here: what the state laid down) or one below it,
+    compared by identity (device and inode, each directory on the way up
+    reached by its descriptor), never by name. None for a slurm.conf read
+    in this namespace (there a path is compared as it always was)."""
+    pid, inner = _split_root(conf)
+    if pid is None:
+        return None
+    try:
+        ident = os.stat(mine)
+        with _root(pid) as root:
+            return bool(root.within(posixpath.join(posixpath.dirname(inner), value), (ident.st_dev, ident.st_ino)))
+    except (OSError, ValueError):
+        return False
 
 # -- slurm.conf ------------------------------------------------------------------
 class _Bounds:
@@ -1077,30 +893,34 @@ def prolog_flags(value):
     return flags
 
 
-def _proc_uids(pid):
-    """(real, effective, saved) uids of PID from the kernel's status, or None."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as handle:
-            line = next(line for line in handle.read().splitlines() if line.startswith(b"Uid:"))
-        return tuple(int(uid) for uid in line.split()[1:4])
-    except (OSError, StopIteration, ValueError):
-        return None
-
-
 def _running_slurmds():
     """[(pid, executable)] of each running slurmd of root's (real uid 0, read
     from the kernel's status, not from the owner of /proc/PID). Debian and
-    Ubuntu install it as slurmd-wlm (slurmd is an alternatives link)."""
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    Ubuntu install it as slurmd-wlm (slurmd is an alternatives link).
+    Each is read through its /proc/PID opened once, and its start time kept
+    for the call: every later read of it (its root, command line,
+    environment, maps, namespace) is refused if the pid has been taken by
+    another process since (roots.Root's check)."""
+    out, memo = [], _memo()
+    for pid in filter(_node.system.digits, os.listdir("/proc")):
         try:
-            exe = os.readlink(f"/proc/{pid}/exe")
+            proc = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
             continue
+        try:
+            exe = os.readlink("exe", dir_fd=proc)
+            uids = _node.system.uids_of(_node.system.status_in(proc))
+            started = _node.system.started(_node.system.read_in(proc, "stat", 4096))
+        except OSError:
+            continue
+        finally:
+            os.close(proc)
         if exe.endswith(" (deleted)"):
             exe = exe[:-len(" (deleted)")]
-        if os.path.basename(exe) in ("slurmd", "slurmd-wlm") and (_proc_uids(pid) or (-1,))[0] == 0:
-            out.append((pid, exe))
+        if os.path.basename(exe) in ("slurmd", "slurmd-wlm") and (uids or (-1,))[0] == 0 and started is not None:
+            if memo is not None:
+                memo[("started", int(pid))] = started
+            out.append((int(pid), exe))
     return out
 
 
@@ -1184,8 +1004,8 @@ def _build_default_conf(pid):
     compiled into libslurm: DEFAULT_SLURM_CONF), from the libslurm it has
     mapped, when only root can have put that library there; else None."""
     try:
-        with open(f"/proc/{pid}/maps", "rb") as handle:
-            maps = handle.read(1 << 20).decode(errors="replace").splitlines()
+        with _root(pid) as root:
+            maps = root.read_proc("maps", 1 << 20).decode(errors="replace").splitlines()
     except OSError:
         return None
     libs = {}
@@ -1198,11 +1018,13 @@ def _build_default_conf(pid):
         # through the mapping itself (root's file, nobody else's to write);
         # else the path slurmd mapped, resolved and judged in its root
         try:
-            if lib.endswith(" (deleted)"):
-                fd, placed = os.open(f"/proc/{pid}/map_files/{where}", os.O_RDONLY | os.O_CLOEXEC), True
-            else:
-                with _root(pid) as root:
+            with _root(pid) as root:
+                if lib.endswith(" (deleted)"):
+                    fd, placed = os.open(f"map_files/{where}", os.O_RDONLY | os.O_CLOEXEC, dir_fd=root.proc), True
+                    found = None
+                else:
                     found, _, placed = root.resolve(lib)
+            if found is not None:
                 try:
                     fd = os.open(f"/proc/self/fd/{found}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
                 finally:
@@ -1231,10 +1053,9 @@ def _build_default_conf(pid):
     return None
 
 
-def _slurmd_env(pid):
-    with open(f"/proc/{pid}/environ", "rb") as handle:
-        return dict(item.split("=", 1) for item in handle.read(1 << 20).decode(errors="replace").split("\0")
-                    if "=" in item)
+def _slurmd_env(data):
+    """{name: value} of a process's environment, its /proc/PID/environ DATA."""
+    return dict(item.split("=", 1) for item in data.decode(errors="replace").split("\0") if "=" in item)
 
 
 def _slurmds_confs(settings=None):
@@ -1258,9 +1079,9 @@ def _slurmds_confs(settings=None):
             entry["how"] = f"its executable {_shown(exe)} is not only root's to write: not trusted"
             continue
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                argv = handle.read(1 << 16).decode(errors="replace").split("\0")
-            env = _slurmd_env(pid)
+            with _root(pid) as root:
+                argv = root.read_proc("cmdline", 1 << 16).decode(errors="replace").split("\0")
+                env = _slurmd_env(root.read_proc("environ", 1 << 20))
         except OSError as exc:
             entry["how"] = f"its command line and environment cannot be read ({exc.strerror})"
             continue
@@ -1332,7 +1153,9 @@ def _as_slurmd_sees_it(pid, conf):
     if conf is None:
         return None
     try:
-        if os.stat("/proc/self/ns/mnt").st_ino == os.stat(f"/proc/{pid}/ns/mnt").st_ino:
+        with _root(pid) as root:
+            their_ns = os.stat("ns/mnt", dir_fd=root.proc)
+        if os.stat("/proc/self/ns/mnt").st_ino == their_ns.st_ino:
             return conf
     except OSError:
         return conf
@@ -1440,13 +1263,20 @@ def _chain_wired(slurm_config_dir):
                 # a relative value is Slurm's, in slurm.conf's directory; the
                 # path is compared resolved (//x, symlinked directories)
                 target = os.path.join(os.path.dirname(path), value)
-                try:
-                    resolved = os.path.realpath(target.split("*", 1)[0] or "/")
-                    where = os.path.realpath(os.path.dirname(target))
-                except ValueError:  # a NUL byte: not a path Slurm can run either
+                if "\0" in value:  # not a path Slurm can run either
                     report["known"] = False
                     report["unknown"].append(f"{_shown(path)} has {key.capitalize()}={_shown(value)}, not a path")
                     continue
+                theirs = [_in_slurmds_root(path, candidate, d) for d in mine
+                          for candidate in (value.split("*", 1)[0] or "/", os.path.dirname(value) or ".")]
+                if theirs[0] is not None:
+                    # slurmd's own namespace: the path as it resolves there,
+                    # the chain by identity (its directory, or one below it)
+                    if any(theirs):
+                        report["wired"].append(f"{_shown(path)} names {_shown(value)} ({key.capitalize()}=)")
+                    continue
+                resolved = os.path.realpath(target.split("*", 1)[0] or "/")
+                where = os.path.realpath(os.path.dirname(target))
                 if any(p == d or p.startswith(d.rstrip("/") + "/") for d in mine for p in (resolved, where)):
                     report["wired"].append(f"{_shown(path)} names {_shown(value)} ({key.capitalize()}=)")
                     continue
@@ -1497,6 +1327,24 @@ def _chain_time_problems(settings, chain, conf_found):
     return problems
 
 
+def _not_laid(conf, key, value, laid):
+    """Why VALUE, slurm.conf CONF's KEY (epilog, prolog), does not name the
+    runner LAID that the state laid down here, or None when it does: for a
+    slurm.conf read in slurmd's own mount namespace (/proc/PID/root/...),
+    the file VALUE reaches in that root, by identity (a path only there, or
+    another file there at the laid-down path, is judged as slurmd runs it);
+    here, the path."""
+    same = _in_slurmds_root(conf, value, laid) if value else None
+    if same is None:
+        if os.path.normpath(value) == os.path.normpath(laid):
+            return None
+        return f"{_shown(conf)} has {key.capitalize()}={_shown(value)}, not the laid-down {laid}"
+    if same:
+        return None
+    return (f"{_shown(conf)} has {key.capitalize()}={_shown(value)}, which in slurmd's root (its own mount namespace) "
+            f"is not the laid-down {laid} (another file there, or none)")
+
+
 def _conf_problems(settings, chain, conf, found, node):
     """(problems, warnings) of the slurm.conf CONF ({key: last value}:
     FOUND) that the slurmd of node name NODE reads: does it wire this
@@ -1504,7 +1352,7 @@ def _conf_problems(settings, chain, conf, found, node):
     problems, warnings = [], []
     problems.extend(_chain_time_problems(settings, chain, conf_found=found))
     # what reaches the answer, escaped: the file's name and what it says
-    conf = _shown(conf)
+    raw_conf, raw_found, conf = conf, found, _shown(conf)
     found = {key: [_shown(item) for item in value] if key == "_epilogs" else _shown(value)
              for key, value in found.items()}
     epilog_sh = os.path.join(chain.confdir, chain.runners["epilog"])
@@ -1517,14 +1365,14 @@ def _conf_problems(settings, chain, conf, found, node):
         wrong = f"{conf} has no Epilog=: the chain never runs (want Epilog={epilog_sh})"
     elif found["epilog"].endswith("*"):
         wrong = f"{conf} has Epilog={found['epilog']}: Slurm runs a glob in reverse order (want Epilog={epilog_sh})"
-    elif os.path.normpath(found["epilog"]) != os.path.normpath(epilog_sh):
-        wrong = f"{conf} has Epilog={found['epilog']}, not the laid-down {epilog_sh}"
+    else:
+        wrong = _not_laid(raw_conf, "epilog", raw_found["epilog"], epilog_sh)
     if wrong:
         problems.append(f"[slurm-conf-epilog] {wrong}")
     prolog_sh = os.path.join(chain.confdir, chain.runners["prolog"])
-    if os.path.normpath(found.get("prolog", "")) != os.path.normpath(prolog_sh):
-        problems.append(f"[slurm-conf-prolog] {conf} has Prolog={found.get('prolog', '')}, not the laid-down "
-                        f"{prolog_sh}")
+    wrong = _not_laid(raw_conf, "prolog", raw_found.get("prolog", ""), prolog_sh)
+    if wrong:
+        problems.append(f"[slurm-conf-prolog] {wrong}")
     if not {"alloc", "contain"} <= prolog_flags(found.get("prologflags", "")):
         problems.append(f"[slurm-conf-prologflags] {conf} has PrologFlags={found.get('prologflags', '')}: want "
                         "Alloc,Contain, or a flag that sets both (Contain, X11, RunInJob): the prolog opens ssh at "
@@ -1550,7 +1398,11 @@ _HOW = {"-f": "its -f", "SLURM_CONF": "SLURM_CONF in its environment", "default"
 
 def _started(pid):
     """When process PID started (an epoch), from /proc (the fields after
-    its name's last ') '), or None."""
+    its name's last ') '), or None; a slurmd's as _running_slurmds found
+    it, in a call."""
+    memo = _memo()
+    if memo is not None and ("started", pid) in memo:
+        return memo[("started", pid)]
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             return _node.system.started(handle.read(4096))
@@ -2025,43 +1877,30 @@ def _job_container(conf, found, settings, node):
     if problems:
         return info, [f"{problem}: BasePath is not checked for stale job directories" for problem in problems]
     bases = [value.replace("%n", node) for value in values.get("basepath", []) if value]
+    # slurmd's paths, in slurmd's root (its own mount namespace's, read
+    # through /proc/PID/root as its slurm.conf is)
+    pid = _split_root(conf)[0]
     # BasePath first, then the spool: a job that starts in between is in
     # neither; one that ends in between looks stale only until Slurm removes it
     listed = {}
     for base in dict.fromkeys(bases):
         entries = listed[base] = {}
         for top in (base, os.path.join(base, node)):
-            try:
-                names = os.listdir(top)[:4096]
-            except OSError:
-                continue
-            entries[top] = []
-            for name in names:
-                if not name.isdigit():  # a job's directory is its id: nothing else is stat'ed
-                    continue
-                try:
-                    if stat.S_ISDIR(os.lstat(os.path.join(top, name)).st_mode):
-                        entries[top].append(name)
-                except OSError:
-                    pass
+            found = _entries_in(pid, top, 4096, lambda name: name.isdigit())
+            if found is not None:  # a job's directory is its id: nothing else is stat'ed
+                entries[top] = [name for name, mode in found if stat.S_ISDIR(mode)]
     spool = _spool(settings["slurmd_spool_dir"], node) or settings["slurmd_spool_dir"]
-    if not _root_only(spool):
+    if not _root_only_in(spool if pid is None else f"/proc/{pid}/root{spool}"):
         return info, [f"[job-container-spool-untrusted] {spool} is not a directory only root can write: which jobs "
                       "run here cannot be told, and BasePath is not checked for stale job directories"]
     try:
-        names = os.listdir(spool)
+        names = _entries_in(pid, spool, None, lambda name: "_" in name and "." in name, strict=True)
     except OSError as exc:
         return info, [f"[job-container-spool-unreadable] {spool} cannot be read ({exc.strerror}): BasePath is not "
                       "checked for stale job directories"]
     running, warnings = set(), []
-    for name in names:
-        if "_" not in name or "." not in name:
-            continue
-        try:
-            socket_file = stat.S_ISSOCK(os.lstat(os.path.join(spool, name)).st_mode)
-        except OSError:  # a step that ended meanwhile
-            continue
-        if socket_file:
+    for name, mode in names:
+        if stat.S_ISSOCK(mode):
             running.add(name.rsplit("_", 1)[1].split(".", 1)[0])
     for base, entries in listed.items():
         stale = _node.evidence.stale_job_dirs(base, node, entries, running)
@@ -2071,6 +1910,37 @@ def _job_container(conf, found, settings, node):
                             f"step of theirs in {spool}), left by a failed launch or teardown: "
                             f"{', '.join(stale[:20])}{' ...' if len(stale) > 20 else ''}")
     return info, warnings
+
+
+def _entries_in(pid, directory, limit, wanted, strict=False):
+    """[(name, lstat mode)] of the first LIMIT names (None: all) in
+    DIRECTORY, a path in the root of process PID (None: this process's),
+    resolved there and listed through its descriptor; only the names
+    WANTED(name) are stat'ed and given (one gone meanwhile is left out).
+    None when DIRECTORY cannot be listed, unless STRICT: then OSError."""
+    try:
+        with _root(pid) as root:
+            fd = root.resolve(directory)[0]
+        try:
+            listed = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        finally:
+            os.close(fd)
+        try:
+            names = os.listdir(listed)
+            out = []
+            for name in names[:limit] if limit else names:
+                if wanted(name):
+                    try:
+                        out.append((name, os.stat(name, dir_fd=listed, follow_symlinks=False).st_mode))
+                    except OSError:
+                        continue
+            return out
+        finally:
+            os.close(listed)
+    except (OSError, ValueError):
+        if strict:
+            raise
+        return None
 
 
 def _ssh_access(settings):

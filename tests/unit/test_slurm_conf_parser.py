@@ -182,8 +182,8 @@ def test_a_parse_is_made_once_per_call_and_never_kept_across_calls(tmp_path, mon
     its stale-file look) a slurm.conf is read once; a file changed since is
     read again; outside a call, and in the next call, it is read afresh."""
     reads = []
-    real = epilog._Root.read
-    monkeypatch.setattr(epilog._Root, "read", staticmethod(lambda fd, limit: reads.append(fd) or real(fd, limit)))
+    real = epilog._node.roots.Root.read
+    monkeypatch.setattr(epilog._node.roots.Root, "read", staticmethod(lambda fd, limit: reads.append(fd) or real(fd, limit)))
     (tmp_path / "inc.conf").write_text("Epilog=/e\n")
     conf = tmp_path / "slurm.conf"
     conf.write_text("Include inc.conf\n")
@@ -265,7 +265,7 @@ def test_a_path_is_resolved_in_a_root_as_the_kernel_resolves_it(tmp_path, name):
         os.close(fd)
         return st
 
-    root = epilog._Root()
+    root = epilog._node.roots.Root()
     try:
         assert ident(os.stat) == ident(root.stat) == ident(walked)
     finally:

@@ -27,6 +27,8 @@ release.py      the releases: check, manifest, switch, roll back (also the
 log.py          the log file, its rotation, and syslog
 system.py       what the program reads from the node: /proc, who may
                 write a directory, names shown safely
+roots.py        a process's paths resolved in its root (a slurmd in
+                another mount namespace), judged on descriptors
 ==============  ============================================================
 
 Every decision is a function from facts to a verdict with its reasons

@@ -295,8 +295,8 @@ class Run:
         # of theirs.
         conf = self.env.get("SLURM_CONF") or ""
         conf_dir = os.path.dirname(conf) if conf.startswith("/") and conf.count("/") > 1 else ""
-        if conf_dir and os.path.exists(conf_dir) and not self.trust.root_only(conf_dir):
-            return None, "SLURM_CONF is in %s, which another account can write; squeue not asked" % conf_dir
+        if conf_dir and not self.conf_dir_root_only(conf_dir):
+            return None, "SLURM_CONF is in %s, which another account can write; squeue not asked" % system.show(conf_dir)
         tool = self.slurm_tool("squeue")
         if not tool:
             return None, "no squeue only root can have put beside slurmd or on PATH"
@@ -314,6 +314,27 @@ class Run:
         if proc.returncode != 0:
             return None, "squeue failed or timed out (rc=%d)" % proc.returncode
         return [line for line in proc.stdout.decode("ascii", "replace").split("\n") if line.strip()], None
+
+    @staticmethod
+    def conf_dir_root_only(conf_dir):
+        """Whether only root can write CONF_DIR, the directory of the
+        SLURM_CONF squeue is given, or it is not there (squeue then finds
+        no slurm.conf and fails): judged as roots.Root
+        judges a slurmd's paths, on the descriptor of each directory its
+        resolution goes through; a /proc/PID/root/... directory (a slurmd's
+        own, in its mount namespace) resolved in that root, never through
+        the magic link."""
+        from . import roots  # pylint: disable=import-outside-toplevel
+
+        pid, inner = roots.split(conf_dir)
+        try:
+            root = roots.Root(pid)
+        except OSError:
+            return False
+        try:
+            return root.root_only(inner) or not root.exists(inner)
+        finally:
+            root.close()
 
     def child_env(self):
         env = dict(self.env)
