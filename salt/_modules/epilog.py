@@ -49,7 +49,7 @@ def _load_package(directory, name):
         for sub in ("system", "log", "guard", "evidence", "record", "sweep", "parts", "runner"):
             setattr(module, sub, importlib.import_module(f"{name}.{sub}"))
         # what verify and explain alone ask (a release made before them has none)
-        for sub in ("pam", "ipc", "roots"):
+        for sub in ("pam", "ipc", "roots", "context", "slurm", "worker", "metrics", "reader"):
             if os.path.isfile(os.path.join(directory, f"{sub}.py")):
                 setattr(module, sub, importlib.import_module(f"{name}.{sub}"))
     except BaseException:
@@ -454,14 +454,13 @@ def _between_jobs_record(settings, stage, start, source, parts, stopped=None, st
     what held its acts back (the brake's STOPPED file, the parts turned
     OFF; STOP_IGNORED: a stop file that was ignored)."""
     record = _node.record
-    rec = record.build(stage, __grains__.get("host", socket.gethostname().split(".")[0]),  # noqa: F821
-                       None, None, None, None, start, (time.time() - start) * 1000, None, None,
-                       1 if stop_ignored else 0, parts, mode=settings.get("mode", "enforce"), stopped=stopped,
-                       stop_ignored=stop_ignored, off=off)
-    rec["source"] = source
+    rec = record.build(stage, node=__grains__.get("host", socket.gethostname().split(".")[0]),  # noqa: F821
+                       release=None, start=start, ms=(time.time() - start) * 1000, warnings=1 if stop_ignored else 0,
+                       parts=parts, mode=settings.get("mode", "enforce"), stopped=stopped,
+                       stop_ignored=stop_ignored, off=off, source=source)
     record.write(_trust(), settings["record_file"], settings["record_max_kb"] * 1024, rec)
     if settings.get("metrics_file"):
-        record.update_metrics(_trust(), settings["metrics_file"], rec)
+        _node.metrics.update_metrics(_trust(), settings["metrics_file"], rec)
 
 
 # What state.sls returns, instead of running, while another state run holds
@@ -1819,7 +1818,7 @@ def _mode_and_brake(settings, problems, warnings):
         return
     found = _node.parts.brake(path, _trust())
     if found is not None and found.state == "on":
-        since = _node.record.when(found.since)
+        since = _node.reader.when(found.since)
         warnings.append(f"[brake-on] {path} exists (since {since}): every job end skips parts 39, 40, 42 and 45, and "
                         "epilog.strays, epilog.sweep and the IPC removal between jobs act on nothing; the prolog and "
                         f"the site's own parts still run; rm {path} releases it")
@@ -2627,9 +2626,9 @@ def explain(user, job=None):
         report["ipc"] = objects if own else f"release {current} removes no System V IPC objects"
     if uid is None:
         report["account"] = f"no account {user!r} on this node: explained as a job end whose user does not resolve"
-    records, _ = _node.record.read(settings["record_file"])
+    records, _ = _node.reader.read(settings["record_file"])
     last = [rec for rec in records if rec.get("stage") == "epilog" and rec.get("user") == user]
-    report["last_job_end"] = _node.record.what_was_done(last[-1]) if last else \
+    report["last_job_end"] = _node.reader.what_was_done(last[-1]) if last else \
         f"no job end of {user!r} recorded on this node (in {settings['record_file']} and its .1)"
     return report
 
@@ -2679,17 +2678,17 @@ def report(since=None, user=None, job=None):
     """
     settings, _ = _settings()
     try:
-        start = None if since is None else _node.record.epoch(since, time.time())
-    except _node.record.RecordError as exc:
+        start = None if since is None else _node.reader.epoch(since, time.time())
+    except _node.reader.RecordError as exc:
         raise CommandExecutionError(str(exc)) from None
     if user is not None and (not isinstance(user, str) or not user):
         raise CommandExecutionError(f"user must be an account name, and Salt read this one as {user!r}: quote a "
                                     "name such as no, on or 123 twice, as in user='\"no\"'")
     if job is not None and not re.fullmatch(r"[1-9][0-9]{0,9}", str(job)):
         raise CommandExecutionError(f"job must be a numeric Slurm job id, got {job!r}")
-    records, problems = _node.record.read(settings["record_file"])
-    chosen = _node.record.choose(records, start, user, job)
+    records, problems = _node.reader.read(settings["record_file"])
+    chosen = _node.reader.choose(records, start, user, job)
     if job is not None:
         return {"job": int(job), "records": chosen, "problems": problems,
-                "what_was_done": [_node.record.what_was_done(rec) for rec in chosen if rec.get("stage") == "epilog"]}
-    return {**_node.record.summary(chosen, start), "problems": problems}
+                "what_was_done": [_node.reader.what_was_done(rec) for rec in chosen if rec.get("stage") == "epilog"]}
+    return {**_node.reader.summary(chosen, start), "problems": problems}

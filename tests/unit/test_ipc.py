@@ -12,6 +12,8 @@ from tests.unit.conftest import node
 
 ipc = node("ipc")
 record = node("record")
+metrics = node("metrics")
+reader = node("reader")
 
 ALICE, BOB, OPERATOR = 50101, 50109, 50105
 # a system account below UID_MIN, and one in Debian's static range above UID_MAX
@@ -109,16 +111,16 @@ def test_the_record_and_the_metrics_count_removed_and_kept_by_why():
     fact = {"removed": {"shm": 2, "sem": 1, "msg": 0}, "bytes": 8 << 20,
             "kept": {"attached": 1, "last used by a live process of another uid": 2,
                      "owned by another account that is never acted for": 1, "changed since it was judged": 1}}
-    rec = record.build("epilog", "n1", "7", "alice", "50101", "abc", 1.8e9, 10, None, None, 0,
-                       [record.part_ran("42-lastuserjob-cleanup", 0, 1, {"cleanup": {"removed": 0, "rc": 0},
+    rec = record.build("epilog", node="n1", job="7", user="alice", uid="50101", release="abc", start=1.8e9, ms=10,
+                       parts=[record.part_ran("42-lastuserjob-cleanup", 0, 1, {"cleanup": {"removed": 0, "rc": 0},
                                                                          "ipc": fact})])
     rec = json.loads(record.line(rec))
-    assert record.ipc(rec) == {"removed": {"shm": 2, "sem": 1, "msg": 0}, "bytes": 8 << 20,
+    assert metrics.ipc(rec) == {"removed": {"shm": 2, "sem": 1, "msg": 0}, "bytes": 8 << 20,
                                "kept": {"attached": 1, "in_use": 2, "other_owner": 1, "other": 1}}
-    summary = record.summary([rec, rec])
+    summary = reader.summary([rec, rec])
     assert summary["ipc"]["removed"]["shm"] == 4 and summary["ipc"]["bytes"] == 16 << 20
-    text = record.render_metrics({record.IPC_METRIC % "shm": 3, record.IPC_BYTES_METRIC: 12})
-    back = record.read_metrics(text.encode())
+    text = metrics.render_metrics({metrics.IPC_METRIC % "shm": 3, metrics.IPC_BYTES_METRIC: 12})
+    back = metrics.read_metrics(text.encode())
     assert back['epilog_ipc_removed_total{kind="shm"}'] == 3 and back["epilog_ipc_bytes_removed_total"] == 12
     assert back['epilog_ipc_kept_total{reason="in_use"}'] == 0
 

@@ -12,7 +12,8 @@ from tests.unit.conftest import node
 
 system = node("system")
 parts = node("parts")
-records = node("record")
+metrics = node("metrics")
+reader = node("reader")
 
 # Debian's 22.05 (v1, root slurm_<host>), 24.11 (v1, root slurm), v2.
 V1_2205 = ("9:name=systemd:/\n6:freezer:/slurm_vm/uid_50101/job_12/step_0\n"
@@ -194,13 +195,13 @@ def test_the_report_and_metrics_tell_strays_from_a_jobs_processes():
            "parts": [{"part": "40-lastuserjob-processes", "ran": True, "rc": 0, "ms": 5, "facts": {"kill": kill}}]}
     old = {**rec, "job": 6, "parts": [{"part": "40-lastuserjob-processes", "ran": True, "rc": 0, "ms": 5,
                                        "facts": {"kill": {"outcome": "done", "signalled": 4}}}]}
-    out = records.summary([rec, old])
+    out = reader.summary([rec, old])
     assert (out["processes_signalled"], out["strays_signalled"], out["job_cgroup_processes_signalled"],
             out["other_job_cgroup_processes_signalled"]) == (10, 3, 2, 1)
-    assert records.signalled(rec) == {"stray": 3, "job_cgroup": 2, "other_job_cgroup": 1, "unclassified": 0}
-    assert records.signalled(old) == {}
-    text = records.render_metrics({records.KILLED_METRIC % "stray": 3})
-    back = records.read_metrics(text.encode())
+    assert metrics.signalled(rec) == {"stray": 3, "job_cgroup": 2, "other_job_cgroup": 1, "unclassified": 0}
+    assert metrics.signalled(old) == {}
+    text = metrics.render_metrics({metrics.KILLED_METRIC % "stray": 3})
+    back = metrics.read_metrics(text.encode())
     assert back['epilog_processes_signalled_total{where="stray"}'] == 3
     assert back['epilog_processes_signalled_total{where="job_cgroup"}'] == 0
 

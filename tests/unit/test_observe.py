@@ -12,6 +12,8 @@ from tests.unit.conftest import node
 
 parts = node("parts")
 record = node("record")
+metrics = node("metrics")
+reader = node("reader")
 guard = node("guard")
 evidence = node("evidence")
 
@@ -135,8 +137,8 @@ def job_end(facts=(), mode="enforce", stopped=None, stop_ignored=None, skipped=(
             release="0123456789ab"):
     entries = [record.part_ran(name, 0, 1, fact) for name, fact in facts]
     entries += [record.part_skipped(name, why) for name, why in skipped]
-    return record.build("epilog", "n1", "7", "alice", "50101", release, 1800000000.25, 1500, other, verdict, 0,
-                        entries, mode=mode, stopped=stopped, stop_ignored=stop_ignored)
+    return record.build("epilog", node="n1", job="7", user="alice", uid="50101", release=release, start=1800000000.25,
+                        ms=1500, other=other, guard=verdict, parts=entries, mode=mode, stopped=stopped, stop_ignored=stop_ignored)
 
 
 OBSERVED = [
@@ -160,46 +162,46 @@ STOPPED = [(name, f"stopped by {STOP}") for name, _ in OBSERVED]
 
 def test_an_observed_job_end_records_its_mode_and_its_facts_say_would():
     rec = job_end(OBSERVED, mode="observe")
-    assert rec["mode"] == "observe" and "stopped" not in rec and record.record_ok(rec)
-    assert record.outcome(rec) == "acts"
-    assert record.removed(rec) == {} and record.signalled(rec) == {} and record.ssh_lines(rec) == 0
-    assert record.removed(rec, True) == {"x_socket": 1, "clsbd": 2, "user_files": 4}
-    assert record.signalled(rec, True) == {"stray": 2, "job_cgroup": 1, "other_job_cgroup": 0, "unclassified": 0}
-    assert record.ssh_lines(rec, True) == 1 and record.ipc(rec, True)["removed"] == {"shm": 1, "sem": 1, "msg": 0}
-    assert record.acts(rec) == {}
-    assert record.acts(rec, True)["epilog_acts_total"] == 1
+    assert rec["mode"] == "observe" and "stopped" not in rec and reader.record_ok(rec)
+    assert metrics.outcome(rec) == "acts"
+    assert metrics.removed(rec) == {} and metrics.signalled(rec) == {} and metrics.ssh_lines(rec) == 0
+    assert metrics.removed(rec, True) == {"x_socket": 1, "clsbd": 2, "user_files": 4}
+    assert metrics.signalled(rec, True) == {"stray": 2, "job_cgroup": 1, "other_job_cgroup": 0, "unclassified": 0}
+    assert metrics.ssh_lines(rec, True) == 1 and metrics.ipc(rec, True)["removed"] == {"shm": 1, "sem": 1, "msg": 0}
+    assert metrics.acts(rec) == {}
+    assert metrics.acts(rec, True)["epilog_acts_total"] == 1
 
 
 def test_a_stopped_job_end_records_the_stop_file_and_acted_on_nothing():
     rec = job_end(skipped=STOPPED, stopped=STOP)
     assert rec["stopped"] == STOP and rec["mode"] == "enforce"
-    assert record.stopped_parts(rec) == [name for name, _ in STOPPED[:3]]
-    assert record.outcome(rec) == "stopped" and record.acts(rec) == {} and record.acts(rec, True) == {}
-    assert record.decision(rec) == ("stopped", f"the brake: {STOP}")
+    assert metrics.stopped_parts(rec) == [name for name, _ in STOPPED[:3]]
+    assert metrics.outcome(rec) == "stopped" and metrics.acts(rec) == {} and metrics.acts(rec, True) == {}
+    assert reader.decision(rec) == ("stopped", f"the brake: {STOP}")
     # the brake set after 42 ran stops 45 alone: the job end acted
     late = job_end(DONE[:3], skipped=STOPPED[3:], stopped=STOP)
-    assert record.outcome(late) == "acts" and record.acts(late)["epilog_acts_total"] == 1
+    assert metrics.outcome(late) == "acts" and metrics.acts(late)["epilog_acts_total"] == 1
 
 
 def test_a_stop_file_that_was_ignored_is_in_the_record():
     rec = job_end(DONE, stop_ignored=f"{STOP} is owned by uid 50101, not root: ignored, the brake is not on")
-    assert rec["stop_ignored"].startswith(STOP) and "stopped" not in rec and record.outcome(rec) == "acts"
+    assert rec["stop_ignored"].startswith(STOP) and "stopped" not in rec and metrics.outcome(rec) == "acts"
 
 
 # -- the metrics ----------------------------------------------------------------------
 def metrics_after(tmp_path, *records):
     path = tmp_path / "epilog.prom"
     for rec in records:
-        assert record.update_metrics(Trusting(), str(path), rec)
-    return record.read_metrics(path.read_bytes()), path.read_text()
+        assert metrics.update_metrics(Trusting(), str(path), rec)
+    return metrics.read_metrics(path.read_bytes()), path.read_text()
 
 
 def test_the_metrics_count_what_observe_mode_would_have_done_under_would_names(tmp_path):
     metric, text = metrics_after(tmp_path, job_end(OBSERVED, mode="observe"), job_end(DONE))
-    for key in record.ACT_COUNTERS:
+    for key in metrics.ACT_COUNTERS:
         # what was done and what would have been: the same counts, under
         # each name (the one rule: epilog_would_<x>)
-        assert metric[key] == metric[record.would_metric(key)], key
+        assert metric[key] == metric[metrics.would_metric(key)], key
     assert metric["epilog_acts_total"] == 1 and metric["epilog_would_acts_total"] == 1
     assert metric['epilog_would_residue_removed_total{kind="user_files"}'] == 4
     assert metric['epilog_would_processes_signalled_total{where="stray"}'] == 2
@@ -221,7 +223,8 @@ def test_the_metrics_carry_the_mode_the_release_and_when_the_last_job_end_ended(
     assert [key for key in metric if key.startswith("epilog_release_info")] == [
         'epilog_release_info{release="bbbbbbbbbbbb"}'], "one release: the last one run"
     # a prolog carries the release and the mode, not a job end's time
-    prolog = record.build("prolog", "n1", "8", "alice", "50101", "cccccccccccc", 1900000000.0, 10, None, None, 0, [])
+    prolog = record.build("prolog", node="n1", job="8", user="alice", uid="50101", release="cccccccccccc",
+                          start=1900000000.0, ms=10)
     metric, _ = metrics_after(tmp_path, prolog)
     assert metric["epilog_last_job_end_timestamp_seconds"] == "1800000001.750", "the last job end's"
     assert 'epilog_release_info{release="cccccccccccc"}' in metric
@@ -231,13 +234,12 @@ def test_the_metrics_count_the_job_ends_the_brake_stopped_and_no_act(tmp_path):
     metric, _ = metrics_after(tmp_path, job_end(skipped=STOPPED, stopped=STOP))
     assert metric["epilog_stopped_total"] == 1 and metric['epilog_job_ends_total{stage="epilog"}'] == 1
     assert metric["epilog_acts_total"] == 0 and metric["epilog_would_acts_total"] == 0
-    assert all(metric[key] == 0 for key in record.ACT_COUNTERS)
+    assert all(metric[key] == 0 for key in metrics.ACT_COUNTERS)
 
 
 def test_a_look_between_jobs_counts_its_would_kills_apart(tmp_path):
-    look = record.build("strays", "n1", None, None, None, "0123456789ab", 1.8e9, 5, None, None, 0, [],
-                        mode="observe")
-    look["strays"] = {"stray_users": 1, "stray_processes": 3, "killed": 0, "would_kill": 3}
+    look = record.build("strays", node="n1", release="0123456789ab", start=1.8e9, ms=5, mode="observe",
+                        strays={"stray_users": 1, "stray_processes": 3, "killed": 0, "would_kill": 3})
     metric, _ = metrics_after(tmp_path, look)
     assert metric['epilog_stray_processes_total{action="found"}'] == 3
     assert metric['epilog_stray_processes_total{action="killed"}'] == 0
@@ -248,12 +250,12 @@ def test_a_look_between_jobs_counts_its_would_kills_apart(tmp_path):
 # -- epilog.report ---------------------------------------------------------------------
 def test_the_report_counts_what_would_have_been_done_apart_from_what_was():
     off = job_end(DONE[:2], skipped=[("42-lastuserjob-cleanup", "off: epilog:parts:42-lastuserjob-cleanup is false")])
-    sweep = record.build("sweep", "n1", None, None, None, None, 1.8e9, 5, None, None, 0,
-                         [record.part_ran("epilog.sweep", 0, 1, {"sweep": {"counts": {"x_lock": {"removed": 2,
+    sweep = record.build("sweep", node="n1", release=None, start=1.8e9, ms=5,
+                         parts=[record.part_ran("epilog.sweep", 0, 1, {"sweep": {"counts": {"x_lock": {"removed": 2,
                                                                                                   "kept": 0}},
                                                                             "would": True}})],
                          stopped=STOP, off=["45-stale-x-display"])
-    out = record.summary([job_end(OBSERVED, mode="observe"), job_end(DONE), job_end(skipped=STOPPED, stopped=STOP),
+    out = reader.summary([job_end(OBSERVED, mode="observe"), job_end(DONE), job_end(skipped=STOPPED, stopped=STOP),
                           off, sweep])
     assert out["job_ends"] == 4 and out["modes"] == {"enforce": 3, "observe": 1}
     assert out["acted"] == 2 and out["users_acted_on"] == ["alice"]
@@ -271,8 +273,8 @@ def test_the_report_counts_what_would_have_been_done_apart_from_what_was():
 
 
 def test_what_was_done_says_would_under_observe_and_stopped_under_the_brake():
-    observed = record.what_was_done(job_end(OBSERVED, mode="observe"))
+    observed = reader.what_was_done(job_end(OBSERVED, mode="observe"))
     assert observed["mode"] == "observe" and observed["decision"] == "would have acted"
-    stopped = record.what_was_done(job_end(skipped=STOPPED, stopped=STOP))
+    stopped = reader.what_was_done(job_end(skipped=STOPPED, stopped=STOP))
     assert stopped["decision"] == "stopped" and stopped["stopped"] == STOP
     assert stopped["parts"]["40-lastuserjob-processes"] == f"skipped: stopped by {STOP}"

@@ -11,6 +11,8 @@ from tests.unit.conftest import node
 from tests.unit.test_observe import Trusting
 
 record = node("record")
+metrics = node("metrics")
+reader = node("reader")
 guard = node("guard")
 evidence = node("evidence")
 
@@ -19,8 +21,8 @@ NO = evidence.Answer("no", "node-local: no step of another job in /var/spool/slu
 
 
 def build(user="alice", other=NO, verdict=ACT, parts=(), warnings=0):
-    return record.build("epilog", "n1", "7", user, "50101", "0123456789ab", 1800000000.1234, 42, other, verdict,
-                        warnings, parts)
+    return record.build("epilog", node="n1", job="7", user=user, uid="50101", release="0123456789ab",
+                        start=1800000000.1234, ms=42, other=other, guard=verdict, warnings=warnings, parts=parts)
 
 
 def test_a_record_of_a_job_end_that_acted():
@@ -33,15 +35,36 @@ def test_a_record_of_a_job_end_that_acted():
                    "warnings": 0,
                    "parts": [{"part": "40-lastuserjob-processes", "ran": True, "rc": 0, "ms": 3,
                               "facts": {"kill": {"outcome": "done", "signalled": 2}}}]}
-    assert record.record_ok(json.loads(record.line(rec)))
-    assert record.outcome(rec) == "acts"
+    assert reader.record_ok(json.loads(record.line(rec)))
+    assert metrics.outcome(rec) == "acts"
 
 
 def test_a_prolog_and_a_job_end_that_asked_no_guard():
-    prolog = record.build("prolog", "n1", "7", "alice", "50101", "0123456789ab", 1.0, 1, None, None, 0, [])
-    assert prolog["other"] is None and prolog["guard"] is None and record.outcome(prolog) is None
+    prolog = record.build("prolog", node="n1", job="7", user="alice", uid="50101", release="0123456789ab", start=1.0,
+                          ms=1)
+    assert prolog["other"] is None and prolog["guard"] is None and metrics.outcome(prolog) is None
     unknown = build(other=evidence.Answer("unknown", "squeue failed", (), False), verdict=None)
-    assert unknown["guard"] == {"answer": "not asked", "why": ""} and record.outcome(unknown) == "unknowns"
+    assert unknown["guard"] == {"answer": "not asked", "why": ""} and metrics.outcome(unknown) == "unknowns"
+
+
+def test_each_kind_of_record_is_built_whole_from_its_own_fields():
+    """A record is built from named fields, those its kind declares
+    (record.KINDS): a look between jobs carries its source, kill and counts
+    from the start, and a field of another kind is refused, not written."""
+    look = record.build("strays", node="n1", release="abc", start=1.5, ms=3, source="schedule", kill=True,
+                        strays={"stray_users": 1}, off=["40-lastuserjob-processes"])
+    assert [key for key in look if key not in ("v", "stage")] == [
+        "node", "job", "user", "uid", "release", "mode", "start", "ms", "other", "guard", "warnings", "parts", "off",
+        "source", "kill", "strays"]
+    assert (look["job"], look["other"], look["source"], look["kill"]) == (None, None, "schedule", True)
+    sweep = record.build("sweep", node="n1", release=None, start=1.5, ms=3, source="call")
+    assert sweep["source"] == "call" and "kill" not in sweep and "strays" not in sweep
+    for stage, field in (("epilog", {"source": "call"}), ("prolog", {"other": NO}), ("sweep", {"job": "7"}),
+                         ("sweep", {"strays": {}}), ("strays", {"guard": ACT})):
+        with pytest.raises(ValueError, match=f"a {stage} record has no"):
+            record.build(stage, node="n1", release="abc", start=1.5, ms=3, **field)
+    with pytest.raises(TypeError):
+        record.build("epilog", "n1", "7", "alice", "50101", "abc", 1.5, 3, NO, ACT, 0, [])  # no positional fields
 
 
 @pytest.mark.parametrize("name", ['x"y', "back\\slash", "new\nline", "-v", "\x1b[2J", "\u00e9\udcff", '"\\' * 1500])
@@ -70,10 +93,10 @@ def test_the_metrics_count_a_record_and_parse_back():
                        record.part_ran("45-stale-x-display", 0, 1, {"sweep": {"counts": {
                            "x_socket": {"removed": 1, "kept": 0}, "clsbd": {"removed": 2, "kept": 5}}}})],
                 warnings=2)
-    assert record.removed(rec) == {"user_files": 3, "x_socket": 1, "clsbd": 2}
-    text = record.render_metrics({'epilog_job_ends_total{stage="epilog"}': 4, "epilog_acts_total": 1,
+    assert metrics.removed(rec) == {"user_files": 3, "x_socket": 1, "clsbd": 2}
+    text = metrics.render_metrics({'epilog_job_ends_total{stage="epilog"}': 4, "epilog_acts_total": 1,
                                   'epilog_last_chain_seconds{stage="epilog"}': "0.042"})
-    back = record.read_metrics(text.encode())
+    back = metrics.read_metrics(text.encode())
     assert back['epilog_job_ends_total{stage="epilog"}'] == 4 and back['epilog_job_ends_total{stage="prolog"}'] == 0
     assert back['epilog_last_chain_seconds{stage="epilog"}'] == "0.042"
 
@@ -84,7 +107,7 @@ def test_the_metrics_count_a_record_and_parse_back():
     ('epilog_last_chain_seconds{stage="epilog"} 1.5', False), ('epilog_last_chain_seconds{stage="epilog"} 1.500', True),
 ])
 def test_the_metrics_read_back_only_what_they_wrote(line, kept):
-    assert bool(record.read_metrics(line.encode())) == kept
+    assert bool(metrics.read_metrics(line.encode())) == kept
 
 
 def test_what_the_chain_left_or_did_another_way_reaches_the_metrics_and_the_report(tmp_path):
@@ -99,13 +122,14 @@ def test_what_the_chain_left_or_did_another_way_reaches_the_metrics_and_the_repo
                        record.part_skipped("42-lastuserjob-cleanup", "no free pid"),
                        record.part_ran("43-x", 0, 1, {"ipc": {"removed": {"shm": 1}, "bytes": 0, "kept": {},
                                                              "left": 4, "would": True}})])
-    prolog = record.build("prolog", "n1", "8", "je.kim", "50102", "0123456789ab", 1.0, 1, None, None, 0, [
-        record.part_ran("50-exclusive-ssh", 0, 1, {"allow": {"op": "add", "change": "not granted", "why": "listed"}})])
+    prolog = record.build("prolog", node="n1", job="8", user="je.kim", uid="50102", release="0123456789ab",
+                          start=1.0, ms=1, parts=[record.part_ran("50-exclusive-ssh", 0, 1, {"allow": {
+                              "op": "add", "change": "not granted", "why": "listed"}})])
     path = tmp_path / "epilog.prom"
     for each in (rec, prolog, build()):
-        assert record.update_metrics(Trusting(), str(path), each)
-    metrics = record.read_metrics(path.read_bytes())
-    assert {key: metrics[key] for key in (
+        assert metrics.update_metrics(Trusting(), str(path), each)
+    counters = metrics.read_metrics(path.read_bytes())
+    assert {key: counters[key] for key in (
         "epilog_processes_left_saved_only_total", "epilog_kill_rounds_one_by_one_total",
         "epilog_parts_ran_in_runner_total", "epilog_parts_not_run_no_fork_total", "epilog_ipc_left_total",
         'epilog_ssh_not_granted_total{why="listed"}', 'epilog_ssh_not_granted_total{why="system_account"}')} == {
@@ -113,10 +137,10 @@ def test_what_the_chain_left_or_did_another_way_reaches_the_metrics_and_the_repo
         "epilog_parts_ran_in_runner_total": 1, "epilog_parts_not_run_no_fork_total": 1, "epilog_ipc_left_total": 4,
         'epilog_ssh_not_granted_total{why="listed"}': 1, 'epilog_ssh_not_granted_total{why="system_account"}': 0}
     assert "# HELP epilog_ssh_not_granted_total " in path.read_text()
-    out = record.summary([rec, prolog, rec, build()])
-    assert {key: out[key] for key in (key for key, _, _ in record.SHORTFALLS)} == {
+    out = reader.summary([rec, prolog, rec, build()])
+    assert {key: out[key] for key in (key for key, _, _ in metrics.SHORTFALLS)} == {
         "processes_left_saved_only": 4, "kill_rounds_one_by_one": 2, "parts_ran_in_runner": 2,
         "parts_not_run_no_fork": 2, "ipc_left": 8}
     assert out["ssh_lines_not_granted"] == {"listed": 1}
-    quiet = record.summary([build()])
-    assert not set(quiet) & {"ssh_lines_not_granted", *(key for key, _, _ in record.SHORTFALLS)}
+    quiet = reader.summary([build()])
+    assert not set(quiet) & {"ssh_lines_not_granted", *(key for key, _, _ in metrics.SHORTFALLS)}

@@ -10,6 +10,7 @@ import pytest
 from tests.unit.conftest import node
 
 records = node("record")
+reader = node("reader")
 
 GOOD = {"v": 1, "stage": "epilog", "node": "n1", "job": 7, "user": "alice", "uid": 50101, "start": 1.8e9, "ms": 40,
         "other": {"answer": "no", "why": ""}, "guard": {"answer": "act", "why": "not listed in x"}, "warnings": 0,
@@ -32,12 +33,12 @@ GOOD = {"v": 1, "stage": "epilog", "node": "n1", "job": 7, "user": "alice", "uid
 ], ids=["good", "schema-2", "parts-not-a-list", "other-not-a-dict", "infinite-start", "huge-ms", "bool-job",
         "string-uid", "part-without-name", "facts-not-a-dict", "nulls"])
 def test_a_line_is_trusted_only_in_the_schemas_types(change, trusted):
-    assert records.record_ok({**GOOD, **change}) is trusted
+    assert reader.record_ok({**GOOD, **change}) is trusted
 
 
 def test_non_records_are_not_records():
     for value in (None, [], "x", 1, {"v": 1}):
-        assert records.record_ok(value) is False
+        assert reader.record_ok(value) is False
 
 
 NOW = 1.8e9
@@ -50,7 +51,7 @@ NOW = 1.8e9
     (datetime.datetime(2026, 12, 1, 10, 0, tzinfo=datetime.timezone.utc), 1796119200.0),
 ])
 def test_since_is_a_duration_an_epoch_or_a_time(since, expect):
-    assert records.epoch(since, NOW) == expect
+    assert reader.epoch(since, NOW) == expect
 
 
 @pytest.mark.parametrize("since, message", [
@@ -60,8 +61,8 @@ def test_since_is_a_duration_an_epoch_or_a_time(since, expect):
     ("12y", "since must be a duration"),
 ])
 def test_since_refuses_what_is_none_of_them(since, message):
-    with pytest.raises(records.RecordError, match=message):
-        records.epoch(since, NOW)
+    with pytest.raises(reader.RecordError, match=message):
+        reader.epoch(since, NOW)
 
 
 @pytest.mark.parametrize("other, guard, decided", [
@@ -81,7 +82,7 @@ def test_since_refuses_what_is_none_of_them(since, message):
 ], ids=["unknown-numbers-folded", "another-job", "acted", "listed", "system", "lookup-error", "unknown-user",
         "nothing-at-stake"])
 def test_each_record_has_one_decision(other, guard, decided):
-    assert records.decision({**GOOD, "other": other, "guard": guard}) == decided
+    assert reader.decision({**GOOD, "other": other, "guard": guard}) == decided
 
 
 def test_the_summary_counts_each_job_end_once():
@@ -94,7 +95,7 @@ def test_the_summary_counts_each_job_end_once():
          "warnings": 2},
         {**GOOD, "job": 9, "stage": "prolog", "parts": []},
     ]
-    out = records.summary(chosen, start=None)
+    out = reader.summary(chosen, start=None)
     assert (out["records"], out["job_ends"], out["prologs"], out["acted"]) == (3, 2, 1, 1)
     assert out["users_acted_on"] == ["alice"] and out["spared"] == {"listed in localusers": 1}
     assert out["processes_signalled"] == 3 and out["sweeps"] == 1 and out["warnings"] == 2
@@ -105,13 +106,13 @@ def test_the_summary_counts_each_job_end_once():
 
 def test_choose_by_time_user_and_job():
     chosen = [GOOD, {**GOOD, "job": 8, "user": "je.kim", "start": NOW + 10}, {**GOOD, "start": None}]
-    assert records.choose(chosen, start=NOW + 1) == [chosen[1]]
-    assert records.choose(chosen, user="alice") == [chosen[0], chosen[2]]
-    assert records.choose(chosen, job="8") == [chosen[1]]
+    assert reader.choose(chosen, start=NOW + 1) == [chosen[1]]
+    assert reader.choose(chosen, user="alice") == [chosen[0], chosen[2]]
+    assert reader.choose(chosen, job="8") == [chosen[1]]
 
 
 def test_a_symlink_at_the_records_place_is_never_followed(tmp_path):
     (tmp_path / "elsewhere").write_text('{"v":1,"parts":[]}\n')
     (tmp_path / "records.jsonl").symlink_to(tmp_path / "elsewhere")
-    found, problems = records.read(str(tmp_path / "records.jsonl"))
+    found, problems = reader.read(str(tmp_path / "records.jsonl"))
     assert found == [] and any("not read" in p for p in problems), problems

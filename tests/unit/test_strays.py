@@ -17,6 +17,8 @@ strays = node("strays")
 guard = node("guard")
 evidence = node("evidence")
 record = node("record")
+metrics = node("metrics")
+reader = node("reader")
 
 KNOWN = guard.Identity(True, 50101, "")
 ACT = guard.Verdict("act", 50101, "not listed in /x; acting for uid 50101", "info", "not listed", False)
@@ -84,9 +86,8 @@ def test_a_process_age_reads_past_any_name(title):
 
 
 def look(source, kill, found, killed, users=1):
-    rec = record.build("strays", "n1", None, None, None, "abc", 1.8e9, 12, None, None, 0, [])
-    rec.update(source=source, kill=kill, strays={"stray_users": users, "stray_processes": found, "killed": killed,
-                                                 "users": []})
+    rec = record.build("strays", node="n1", release="abc", start=1.8e9, ms=12, source=source, kill=kill,
+                       strays={"stray_users": users, "stray_processes": found, "killed": killed, "users": []})
     return json.loads(record.line(rec))
 
 
@@ -94,9 +95,8 @@ def sweep_record(source, removed, ipc=None):
     facts = {"sweep": {"counts": {"x_socket": {"removed": removed, "kept": 1}}}}
     if ipc:
         facts["ipc"] = ipc
-    rec = record.build("sweep", "n1", None, None, None, None, 1.8e9, 7, None, None, 0, [record.part_ran(
-        "epilog.sweep", 0, 7, facts)])
-    rec["source"] = source
+    rec = record.build("sweep", node="n1", release=None, start=1.8e9, ms=7,
+                       parts=[record.part_ran("epilog.sweep", 0, 7, facts)], source=source)
     return json.loads(record.line(rec))
 
 
@@ -105,8 +105,8 @@ def test_looks_between_jobs_are_counted_apart_from_job_ends():
               sweep_record("schedule", 2), sweep_record("call", 1, {"removed": {"sem": 3}, "bytes": 0}),
               sweep_record("forged", 1, {"removed": {"shm": "x", "msg": 2}, "bytes": True}),
               look("schedule", True, True, -5, users="9")]
-    assert all(record.record_ok(rec) for rec in chosen)
-    out = record.summary(chosen)
+    assert all(reader.record_ok(rec) for rec in chosen)
+    out = reader.summary(chosen)
     assert out["job_ends"] == 0 and out["prologs"] == 0 and out["acted"] == 0
     between = out["between_jobs"]
     # a source that is neither reads as a call; counts that are not whole numbers count nothing
@@ -124,14 +124,14 @@ def test_looks_between_jobs_are_counted_apart_from_job_ends():
 
 def test_a_look_between_jobs_adds_to_its_own_counters(tmp_path):
     trust = node("system").Trust()
-    metrics = tmp_path / "m" / "epilog.prom"
-    metrics.parent.mkdir(mode=0o755)
-    if not trust.root_only(str(metrics.parent)):
+    prom = tmp_path / "m" / "epilog.prom"
+    prom.parent.mkdir(mode=0o755)
+    if not trust.root_only(str(prom.parent)):
         pytest.skip("the metrics need a directory only root can write")
     objects = {"removed": {"shm": 2, "sem": 0, "msg": 1}, "bytes": 8192, "kept": {"attached": 1}, "left": 0}
     for rec in (look("schedule", True, 3, 2), look("schedule", False, 1, 0), sweep_record("call", 2, objects)):
-        assert record.update_metrics(trust, str(metrics), rec)
-    counters = record.read_metrics(metrics.read_bytes())
+        assert metrics.update_metrics(trust, str(prom), rec)
+    counters = metrics.read_metrics(prom.read_bytes())
     assert counters['epilog_between_jobs_runs_total{what="strays",source="schedule"}'] == 2
     assert counters['epilog_between_jobs_runs_total{what="sweep",source="call"}'] == 1
     assert counters['epilog_stray_processes_total{action="found"}'] == 4

@@ -90,4 +90,6 @@ def test_a_job_end_imports_none_of_the_heavy_modules():
     heavy = {"re", "enum", "collections", "signal", "socket", "datetime", "json", "functools", "subprocess",
              "argparse"}
     assert loaded & heavy == set()
-    assert {"epilog_node.guard", "epilog_node.evidence", "epilog_node.parts", "epilog_node.record"} <= loaded
+    assert {"epilog_node.guard", "epilog_node.evidence", "epilog_node.parts", "epilog_node.record",
+            "epilog_node.metrics"} <= loaded
+    assert "epilog_node.reader" not in loaded, "the reader is epilog.report's and epilog.explain's alone"

@@ -30,7 +30,7 @@ import struct
 import sys
 import time
 
-from . import evidence, guard, parts, record, system
+from . import evidence, guard, metrics, parts, record, system
 from . import log as logs
 from .system import signal
 
@@ -1098,13 +1098,14 @@ class Run:
         if self.explain:
             return
         settings = self.settings
-        rec = record.build(self.stage, self.env.get("SLURMD_NODENAME"), self.job, self.user,
-                           self.env.get("SLURM_JOB_UID"), self.release, self.start, self.elapsed() * 1000,
-                           self.other if self.stage == "epilog" else None, self.guard, self.log.warnings, entries,
-                           mode=settings.get("mode", "enforce"), stopped=self.stopped, stop_ignored=self.stop_ignored)
+        job_end = {"other": self.other, "guard": self.guard} if self.stage == "epilog" else {}
+        rec = record.build(self.stage, node=self.env.get("SLURMD_NODENAME"), release=self.release, start=self.start,
+                           ms=self.elapsed() * 1000, warnings=self.log.warnings, parts=entries,
+                           mode=settings.get("mode", "enforce"), stopped=self.stopped, stop_ignored=self.stop_ignored,
+                           job=self.job, user=self.user, uid=self.env.get("SLURM_JOB_UID"), **job_end)
         record.write(self.trust, settings["record_file"], settings["record_max_kb"] * 1024, rec)
         if settings.get("metrics_file") and self.elapsed() < settings["chain_timeout"] - 3:
-            record.update_metrics(self.trust, settings["metrics_file"], rec)
+            metrics.update_metrics(self.trust, settings["metrics_file"], rec)
         self.records.append(rec)
 
 

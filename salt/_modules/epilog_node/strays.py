@@ -46,7 +46,7 @@ import os
 import sys
 import time
 
-from . import evidence, guard, parts, record, runner, system
+from . import evidence, guard, metrics, parts, record, runner, system
 
 KILL_PART = "40-lastuserjob-processes"
 # the processes listed per user (the count is whole)
@@ -425,15 +425,14 @@ def _record(run_, report, removed_ipc):
              for u in report["users"][:RECORD_USERS]]
     ran = [record.part_ran("epilog.strays", 0, report["ms"], {"ipc": removed_ipc})] \
         if sum(removed_ipc["removed"].values()) or removed_ipc["kept"] or removed_ipc["left"] else []
-    rec = record.build("strays", report["node"], None, None, None, run_.release, run_.start, report["ms"], None,
-                       None, run_.log.warnings, ran, mode=report["mode"], stopped=report.get("stopped"),
-                       stop_ignored=report.get("stop_ignored"), off=report["off"])
-    rec.update(source=report["source"], kill=report["kill"], strays=dict(report["counts"], users=users,
-                                                                          users_more=max(0, len(report["users"])
-                                                                                         - RECORD_USERS)))
+    rec = record.build("strays", node=report["node"], release=run_.release, start=run_.start, ms=report["ms"],
+                       warnings=run_.log.warnings, parts=ran, mode=report["mode"], stopped=report.get("stopped"),
+                       stop_ignored=report.get("stop_ignored"), off=report["off"], source=report["source"],
+                       kill=report["kill"], strays=dict(report["counts"], users=users,
+                                                        users_more=max(0, len(report["users"]) - RECORD_USERS)))
     record.write(run_.trust, run_.settings["record_file"], run_.settings["record_max_kb"] * 1024, rec)
     if run_.settings.get("metrics_file"):
-        record.update_metrics(run_.trust, run_.settings["metrics_file"], rec)
+        metrics.update_metrics(run_.trust, run_.settings["metrics_file"], rec)
 
 
 def main(argv):
