@@ -16,7 +16,7 @@ import pytest
 from tests.unit.conftest import node
 
 parts = node("parts")
-runner = node("runner")
+worker = node("worker")
 
 HER, OTHER, X = 50101, 50102, 4294967294
 
@@ -66,7 +66,7 @@ def test_a_group_is_signalled_whole_only_when_its_session_is_hers_alone(mine, ot
 @pytest.mark.parametrize("errno_name, why", [("EAGAIN", "no free pid"), ("ENOMEM", "cannot fork: ")])
 def test_a_refused_fork_is_told_by_its_errno(errno_name, why):
     code = getattr(errno, errno_name)
-    assert runner.fork_failure(OSError(code, os.strerror(code))).startswith(why)
+    assert worker.fork_failure(OSError(code, os.strerror(code))).startswith(why)
 
 
 
@@ -81,7 +81,7 @@ def test_what_the_user_could_change_on_the_runner_is_put_back():
         code = 1
         try:
             before = (os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0), os.sched_getaffinity(0))
-            restore = runner.scheduling()
+            restore = worker.scheduling()
             os.sched_setaffinity(0, {min(before[2])})
             os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
             if os.geteuid() == 0:
@@ -116,10 +116,10 @@ def test_a_utilization_clamp_is_packed_as_sched_setattr_reads_it():
     """struct sched_attr (SCHED_ATTR_SIZE_VER1, 56 bytes) that sets the
     clamp alone (KEEP_POLICY, KEEP_PARAMS, UTIL_CLAMP_MIN and _MAX), and
     the clamp read back from what sched_getattr fills."""
-    raw = runner.clamp_attr((128, 900))
-    assert len(raw) == 56 == runner.SCHED_ATTR_SIZE
-    assert runner.clamp_of(raw) == (128, 900)
-    assert runner.clamp_of(raw[:48]) is None  # a kernel before 5.3: no clamp in it
+    raw = worker.clamp_attr((128, 900))
+    assert len(raw) == 56 == worker.SCHED_ATTR_SIZE
+    assert worker.clamp_of(raw) == (128, 900)
+    assert worker.clamp_of(raw[:48]) is None  # a kernel before 5.3: no clamp in it
     size, policy, flags, nice, priority, *_, low, high = struct.unpack("=IIQiIQQQII", raw)
     assert (size, policy, flags, nice, priority, low, high) == (56, 0, 0x78, 0, 0, 128, 900)
 
@@ -132,20 +132,20 @@ def test_a_utilization_clamp_the_user_set_on_the_runner_is_put_back():
     names) and none is read changed; one read changed there is said
     (restore's note), not raised.
     In a child, so that the test's own process is untouched."""
-    before = runner.utilization_clamp()
+    before = worker.utilization_clamp()
     assert before is not None  # sched_getattr: every kernel since 3.14
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
-            restore = runner.scheduling()
-            refused = runner.set_utilization_clamp((100, 200))
+            restore = worker.scheduling()
+            refused = worker.set_utilization_clamp((100, 200))
             if refused is None:
-                code = 0 if runner.utilization_clamp() == (100, 200) and restore() is None \
-                    and runner.utilization_clamp() == before else 3
-            elif refused in runner.NO_CLAMP and runner.utilization_clamp() == before and restore() is None:
+                code = 0 if worker.utilization_clamp() == (100, 200) and restore() is None \
+                    and worker.utilization_clamp() == before else 3
+            elif refused in worker.NO_CLAMP and worker.utilization_clamp() == before and restore() is None:
                 # the ignore path: a clamp read changed that the kernel will not set
-                runner.utilization_clamp = lambda: (before[0] + 1, before[1])
+                worker.utilization_clamp = lambda: (before[0] + 1, before[1])
                 note = restore()
                 code = 0 if note and note.startswith("the kernel sets no utilization clamp") else 5
             else:

@@ -164,7 +164,7 @@ def test_squeues_slurm_conf_directory_is_judged_on_descriptors_in_its_root(tmp_p
     root can write, or none there; a /proc/PID/root/... directory (a
     slurmd's own, in its mount namespace) is judged in that root, not by
     the /proc/PID/root link itself (a symlink, which no rule passes)."""
-    judged = node("runner").Run.conf_dir_root_only
+    judged = node("slurm").conf_dir_root_only
     open_dir = tmp_path / "open"
     open_dir.mkdir()
     open_dir.chmod(0o777)

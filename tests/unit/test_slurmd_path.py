@@ -51,13 +51,15 @@ def test_h_is_this_hosts_short_name_when_none_is_given():
 
 class Run:
     """What NodeFacts reads of a job end: its settings, its environment
-    (SLURMD_NODENAME, slurmd's node name) and its trust."""
+    (SLURMD_NODENAME, slurmd's node name), its trust and its running Slurm
+    (slurm.Slurm; none here: the spool alone is looked at)."""
 
     def __init__(self, spool, node_name):
         self.settings = {"run_dir": "/nonexistent/run", "slurmd_spool_dir": spool}
         self.env = {"SLURMD_NODENAME": node_name} if node_name is not None else {}
         self.marks_trusted = False
         self.trust = system.Trust()
+        self.slurm = None
 
 
 def test_a_job_end_looks_in_the_spool_slurmd_made_for_its_node(tmp_path):

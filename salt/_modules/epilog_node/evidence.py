@@ -174,7 +174,7 @@ class NodeFacts:
 
     def __init__(self, run, locked, now):
         settings = run.settings
-        self.run = run
+        self.slurm = run.slurm  # the running Slurm (slurm.Slurm): slurmstepd and squeue
         self.run_dir = settings["run_dir"]
         self.node = run.env.get("SLURMD_NODENAME", "")
         # %n and %h as slurmd expands them; with no node name to put for
@@ -290,7 +290,7 @@ class NodeFacts:
             found = 0
             title = system.cmdline(pid, 256).replace(b"\0", b" ").decode("ascii", "replace")
             jid = title.split("[", 1)[1].split(".", 1)[0] if "[" in title else title
-            if jid != job and self.run.real_stepd(int(pid)):
+            if jid != job and self.slurm.real_stepd(int(pid)):
                 out[int(pid)] = jid
         self._stepds[job] = (found, out)
         return found, out
@@ -309,7 +309,7 @@ class NodeFacts:
             if not uids or uids[0] != int(uid):
                 continue
             parent = system.ppid(pid)
-            if parent is not None and self.run.real_stepd(parent):
+            if parent is not None and self.slurm.real_stepd(parent):
                 return int(pid), parent
         return None
 
@@ -318,7 +318,7 @@ class NodeFacts:
         user and in every state, "jobid STATE start-epoch uid", asked once
         per job end under squeue_timeout; or (None, why)."""
         if self._squeue is None:
-            self._squeue = self.run.squeue()
+            self._squeue = self.slurm.squeue()
         return self._squeue
 
 

@@ -46,7 +46,7 @@ import os
 import sys
 import time
 
-from . import evidence, guard, metrics, parts, record, runner, system
+from . import evidence, guard, metrics, parts, record, runner, system, worker
 
 KILL_PART = "40-lastuserjob-processes"
 # the processes listed per user (the count is whole)
@@ -381,7 +381,7 @@ def _kill(run_, uid, name, held, deadline, processes=True, ipc_test=False):
                 continue
             try:
                 rc, facts[part] = run_.run_own(part, seconds, uid, [lock] if lock is not None else [])
-            except runner.NoFork as exc:
+            except worker.NoFork as exc:
                 done[part] = "not run: %s" % exc
                 continue
             done[part] = rc

@@ -34,6 +34,14 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 UID_MAX_REAL = 4294967294
 
 
+def child_env(env):
+    """ENV as a process the chain starts gets it (a site's part, squeue):
+    PATH and the C locale set."""
+    out = dict(env)
+    out.update(PATH=PATH, LC_ALL="C")
+    return out
+
+
 
 def fields(name, names, doc=""):
     """A tuple type whose items have NAMES (space-separated), as namedtuple
