@@ -9,19 +9,29 @@ rendered by the state from map.jinja's merge) and thin entry points
 of Python each). Where to change what:
 
 ==============  ============================================================
-runner.py       the chain: the parts in order, each under its deadline, the
-                lastuserjob gate, the log, the record; explain's dry run
+runner.py       the chain's rules: the parts in order, each under its
+                deadline, the marks and the user's lock, the lastuserjob
+                gate, the brake, the log, the record; explain's dry run
+worker.py       how a part runs: the worker's fork, pipes and reaping, a
+                site's part exec'd, a part run in the runner itself when no
+                pid is free (its scheduling put back)
+context.py      Context, what a part's action is handed
 guard.py        the localusers guard: the job's identity, the list, system
                 accounts: act, spare or unknown, and why
 evidence.py     the last-job evidence: marks, the spool, slurmstepd,
                 squeue: another job of the user here, yes, no or unknown
+slurm.py        the running Slurm the evidence asks: its tools (beside
+                slurmd, root's alone), root's real slurmstepd, squeue
 parts.py        what each of the formula's parts does: 39 and 50 edit the
                 ssh allow file, 40 kills, 42 removes files, 45 sweeps
 sweep.py        the residue sweep's decision table (part 45, epilog.sweep)
 walk.py         the walk of a tree parts 42 and 45 remove from: any depth,
                 bounded descriptors, never a symlink, never out of the tree
-record.py       the decision record and the metrics: written at each job
-                end, read by epilog.report and epilog.explain
+record.py       the decision record: each kind's fields, built and written
+                at each job end (and each look between jobs)
+metrics.py      the metrics textfile, and the rules that count a record
+reader.py       the records read back, chosen and summed: epilog.report and
+                epilog.explain only (no job end imports it)
 release.py      the releases: check, manifest, switch, roll back (also the
                 tool laid down beside them, run on its own)
 log.py          the log file, its rotation, and syslog

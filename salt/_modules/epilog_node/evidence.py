@@ -170,7 +170,10 @@ def read_mark(path):
 
 
 class NodeFacts:
-    """The facts of this node, each gathered when first asked for."""
+    """The facts of this node, each gathered when first asked for: RUN
+    gives the settings, slurmd's environment, the trust, whether the marks
+    count, and the running Slurm (slurm.Slurm) slurmstepd and squeue are
+    asked of; nothing is asked back of the runner."""
 
     def __init__(self, run, locked, now):
         settings = run.settings
