@@ -151,8 +151,16 @@ class Worker:
     """The worker's side of a run of the chain (runner.Run is one): it
     forks, feeds, follows and reaps the worker, execs the site's parts and
     runs a part in the runner itself when no worker can be had. It reads
-    the run's log, settings, env and identity (the job's, which each part's
-    Context carries), and nothing of its rules."""
+    the run's log and settings, and what a part's Context carries (the
+    names, trust, env, job, user and identity), and nothing of its rules."""
+
+    _worker = None
+    _spare = None  # the next worker, started ahead (run_own's MORE)
+    _fork_patience = 0.0  # FORK_PATIENCE once a kill in the runner freed pids
+    unfit = None  # why the runner runs no part more (its own credentials)
+    _said_clamp = False  # the log said the kernel sets no utilization clamp
+    _wakeup = None  # SIGCHLD's wakeup pipe (_listen_for_children)
+    _wakeup_fds = ()
 
     def __init__(self):
         self._ending = []  # workers that ended, to reap
@@ -246,12 +254,6 @@ class Worker:
         if not began and code is None and not timed_out:
             return None
         return (124 if timed_out else code if code is not None else rc or 1), facts
-
-    _worker = None
-    _spare = None  # the next worker, started ahead (run_own's MORE)
-    _fork_patience = 0.0  # FORK_PATIENCE once a kill in the runner freed pids
-    unfit = None  # why the runner runs no part more (its own credentials)
-    _said_clamp = False  # the log said the kernel sets no utilization clamp
 
     def run_here(self, name, deadline, act_uid, why):
         """Part NAME (one of parts.IN_PROCESS) in the runner itself, when no
@@ -542,9 +544,6 @@ class Worker:
             else:
                 time.sleep(min(left, pause))
                 pause = min(pause * 2, 0.02)
-
-    _wakeup = None
-    _wakeup_fds = ()
 
     def _listen_for_children(self):
         """SIGCHLD wakes the waits for site parts at once."""
