@@ -2,6 +2,7 @@
 little (system.py): JSON through json's C layer, fields() for namedtuple,
 guard.name_chars for a regex; each held to what it stands in for. And the
 job end's imports themselves, on the system python3 a node runs."""
+import ast
 import json
 import math
 import re
@@ -93,3 +94,22 @@ def test_a_job_end_imports_none_of_the_heavy_modules():
     assert {"epilog_node.guard", "epilog_node.evidence", "epilog_node.parts", "epilog_node.record",
             "epilog_node.metrics"} <= loaded
     assert "epilog_node.reader" not in loaded, "the reader is epilog.report's and epilog.explain's alone"
+
+
+def test_nothing_below_the_runner_imports_it_or_its_worker():
+    """The hubs split by audience: the evidence asks the running Slurm
+    (slurm.py), the parts get their Context from context.py, and the
+    record's writer, metrics and reader import neither the runner nor the
+    worker; the writer and the metrics import no reader."""
+    def imports(name):
+        tree = ast.parse((REPO / f"salt/_modules/epilog_node/{name}.py").read_text())
+        out = set()
+        for item in ast.walk(tree):
+            if isinstance(item, ast.ImportFrom) and item.level == 1:
+                out |= {item.module} if item.module else {alias.name for alias in item.names}
+        return out
+
+    for name in ("evidence", "slurm", "context", "parts", "guard", "record", "metrics", "reader", "worker"):
+        assert not imports(name) & {"runner", "strays"}, name
+    assert not imports("worker") & {"evidence", "slurm", "record", "metrics", "reader"}
+    assert not imports("record") & {"metrics", "reader"} and "reader" not in imports("metrics")
