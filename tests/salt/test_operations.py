@@ -373,6 +373,7 @@ def test_rollback_never_crosses_a_clean_or_the_minion_cache(node):
     assert report["result"] is False and "nothing to roll back to" in report["comment"], report
 
 
+@pytest.mark.salt_line_independent
 def test_rollback_to_a_checkpoint_returns_to_exactly_that_release(node):
     """What the staged rollout relies on: the checkpoint records the release
     current before the rollout; rolling back to it is exact however many

@@ -9,6 +9,11 @@ import pytest
 
 from tests.helpers import RELEASES, mount_namespace
 
+# How the module reads slurm.conf: the same on every Salt line
+# (tests/salt/conftest.py); epilog.clean's refusal itself runs on each, in
+# test_operations.py.
+pytestmark = pytest.mark.salt_line_independent
+
 
 @pytest.mark.parametrize("text", [
     'Epilog="{conf}/epilog.sh"\n',
@@ -23,7 +28,6 @@ from tests.helpers import RELEASES, mount_namespace
     "Epilog={conf}/epilog.d/*\n",
 ], ids=["quoted", "lowercase-spaces", "include", "prolog-upper", "relative", "double-slash", "symlinked-dir",
         "continued-line", "escaped", "glob"])
-@pytest.mark.salt_line_independent
 def test_clean_refuses_while_any_form_names_the_chain(node, text):
     node.apply()
     conf = node.conf_dir / "slurm.conf"
@@ -66,7 +70,6 @@ def test_clean_refuses_when_it_cannot_tell(node):
     assert not (node.conf_dir / "epilog.sh").exists()
 
 
-@pytest.mark.salt_line_independent
 def test_verify_reads_includes_and_quotes_and_the_last_value(node):
     node.apply()
     conf = node.conf_dir / "slurm.conf"
@@ -79,7 +82,6 @@ def test_verify_reads_includes_and_quotes_and_the_last_value(node):
     assert "gives Epilog= 2 times" in problems, problems
 
 
-@pytest.mark.salt_line_independent
 def test_a_slurm_conf_of_the_slurm_accounts_alone_is_a_warning_any_other_a_problem(node):
     """slurm-formula lays slurm.conf down as slurm:root 0644: verify judges
     it (the chain is wired) and warns that the slurm account can run
@@ -106,7 +108,6 @@ def test_a_slurm_conf_of_the_slurm_accounts_alone_is_a_warning_any_other_a_probl
     assert not any(w.startswith("[slurm-conf-owned-by-slurm]") for w in report["warnings"]), report
 
 
-@pytest.mark.salt_line_independent
 def test_an_include_glob_over_a_directory_others_can_write_and_a_hostile_name_in_it(node):
     """slurm.conf includes conf.d/*.conf, a directory another account can
     write, which holds a file named with a BEL, a line break, a forged
@@ -135,7 +136,6 @@ def test_an_include_glob_over_a_directory_others_can_write_and_a_hostile_name_in
     assert shown in wired["read"], wired
 
 
-@pytest.mark.salt_line_independent
 def test_one_call_reads_each_slurm_conf_once(node):
     """verify reads slurm.conf for the state run it makes (parts.sls asks
     chain_wired), for its own chain_wired, to judge it and to look for
