@@ -7,7 +7,12 @@ function. The fleet (a real master and minions) and the quickstart are the
 tests where the process boundary is what is tested.
 
 This directory runs once per Salt line: in the README's test command, under
-.venv (3008) with the rest of the suite, then under .venv-3006."""
+.venv (3008) with the rest of the suite, then under .venv-3006. A test
+marked salt_line_independent runs on the line requirements.txt pins (3008)
+alone: it checks what the node program decides, reached through a module
+call on a node the state laid down, and Salt's part in it (the render, the
+loader, the call's arguments) is what the unmarked tests check on each
+line. docs/testing.md lists both kinds."""
 import itertools
 import json
 import os
@@ -20,6 +25,32 @@ import pytest
 from tests.helpers import REPO, SaltCall, epilog_pillar, live_spool, require_root
 
 _ids = itertools.count()
+
+
+def pinned_salt_major():
+    """The Salt line requirements.txt pins (.venv's: the suite's main line)."""
+    pin = next(line for line in (REPO / "requirements.txt").read_text().splitlines() if line.startswith("salt=="))
+    return int(pin.split("==")[1].split(".")[0])
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "salt_line_independent: the same on every Salt line (the node program's decision, reached "
+        "through a module call); runs on the line requirements.txt pins alone (tests/salt/conftest.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """On any Salt line but the pinned one, the salt_line_independent tests
+    are deselected (the run's summary counts them): they ran on the pinned
+    line, where the README's command runs them first."""
+    from salt.version import __saltstack_version__  # pylint: disable=import-outside-toplevel
+
+    if __saltstack_version__.major == pinned_salt_major():
+        return
+    independent = [item for item in items if item.get_closest_marker("salt_line_independent")]
+    if independent:
+        config.hook.pytest_deselected(items=independent)
+        items[:] = [item for item in items if not item.get_closest_marker("salt_line_independent")]
 
 
 class Applied:

@@ -10,7 +10,13 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import as_user, in_namespaces, kill_all_of, slurmd_env, stray, uid_of
+
+# What the node program decides under observe mode, the brake and the parts
+# turned off: the same on every Salt line (tests/salt/conftest.py).
+pytestmark = pytest.mark.salt_line_independent
 
 ALICE, OTHER = "alice", "alicex"
 

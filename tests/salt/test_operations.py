@@ -51,6 +51,7 @@ def test_verify_passes_on_a_fresh_apply_and_changes_nothing(node):
     assert node.snapshot() == before
 
 
+@pytest.mark.salt_line_independent
 def test_verifys_answer_on_a_healthy_node_fits_thirty_lines_and_verbose_has_the_rest(node):
     """What a fleet reads: a healthy node's answer, rendered by Salt's
     default (nested) outputter as `salt '*' epilog.verify` prints it, is at
@@ -104,6 +105,7 @@ def test_verify_on_a_minion_another_state_run_holds_says_so(node):
     assert not any(p.startswith("[minion-busy]") for p in node.minion("epilog.verify")["problems"])
 
 
+@pytest.mark.salt_line_independent
 def test_verify_names_a_hand_edited_part(node):
     node.apply()
     part = node.release / "epilog.d/39-lastuserjob-ssh"
@@ -116,6 +118,7 @@ def test_verify_names_a_hand_edited_part(node):
     assert part.read_bytes() == edited, "verify must not repair anything"
 
 
+@pytest.mark.salt_line_independent
 def test_verify_names_bad_owner_mode_and_syntax(node):
     node.apply()
     p40 = node.release / "epilog.d/40-lastuserjob-processes"
@@ -130,6 +133,7 @@ def test_verify_names_bad_owner_mode_and_syntax(node):
     assert f"{p45} does not compile" in problems
 
 
+@pytest.mark.salt_line_independent
 def test_verify_checks_localusers_tools_and_slurm_conf(node):
     node.apply()
     (node.conf_dir / "localusers.backup").write_text("root\n")
@@ -150,6 +154,7 @@ def test_verify_checks_localusers_tools_and_slurm_conf(node):
     assert report["result"] is True, report["problems"]
 
 
+@pytest.mark.salt_line_independent
 def test_verify_names_a_listed_operator_that_does_not_resolve_here(node):
     """The guard spares the uid of every listed name, so a listed name that
     does not resolve on the node makes every job end there unknown: verify
@@ -193,6 +198,7 @@ def wired(node, extra=""):
         f"PrologFlags=Alloc,Contain\nSlurmdSpoolDir={node.base}/spool\n{extra}")
 
 
+@pytest.mark.salt_line_independent
 def test_verify_reports_a_chain_that_cannot_finish_within_its_deadline_or_slurms(node):
     """Promise 6: the chain's worst case (parts x (part_timeout + 2), plus
     the squeue fallback) must fit in chain_timeout, and chain_timeout must be
@@ -214,6 +220,7 @@ def test_verify_reports_a_chain_that_cannot_finish_within_its_deadline_or_slurms
             "+ squeue_timeout 5 + 1 + 5), above epilog:chain_timeout 110") in problems
 
 
+@pytest.mark.salt_line_independent
 def test_verify_reports_a_log_directory_another_account_can_write(node):
     """Promise 7: the scripts write the log only where root alone can; if
     the log's directory has been handed to slurm since the state laid it
@@ -233,6 +240,7 @@ def test_verify_reports_a_log_directory_another_account_can_write(node):
                         "/var/log/slurm-epilog"], problems
 
 
+@pytest.mark.salt_line_independent
 def test_verify_names_a_missing_python(node):
     """The node's /usr/bin/python3, which every entry point runs, made
     unusable for real: /dev/null bind-mounted over it in a private mount
@@ -245,6 +253,7 @@ def test_verify_names_a_missing_python(node):
     assert "/usr/bin/python3 is not installed: every entry point of the chain runs it" in "\n".join(ret.data["problems"])
 
 
+@pytest.mark.salt_line_independent
 def test_verify_reads_the_sshd_pam_stack_under_each_ssh_access(node):
     """The node's own /etc/pam.d/sshd, replaced for real in a private mount
     namespace (a tmpfs over /etc/pam.d), where salt-call runs: under
@@ -346,6 +355,7 @@ def test_rollback_switches_to_exactly_the_previous_release_and_back(node):
     assert node.release == second and report["result"] is True, report["problems"]
 
 
+@pytest.mark.salt_line_independent
 def test_rollback_goes_back_one_deploy_only(node):
     """Three deploys: the rollback goes to the second, not the first; a
     deploy that changed nothing on the node is not a deploy to undo."""
@@ -358,6 +368,7 @@ def test_rollback_goes_back_one_deploy_only(node):
     assert node.run("rollback", test=True)["to"] == releases[1]
 
 
+@pytest.mark.salt_line_independent
 def test_rollback_with_nothing_to_go_back_to_says_so_and_changes_nothing(node):
     node.apply()
     before = node.snapshot()
@@ -388,6 +399,7 @@ def test_rollback_never_crosses_a_clean_or_the_minion_cache(node):
     assert report["result"] is False and "nothing to roll back to" in report["comment"], report
 
 
+@pytest.mark.salt_line_independent
 def test_rollback_to_a_checkpoint_returns_to_exactly_that_release(node):
     """What the staged rollout relies on: the checkpoint records the release
     current before the rollout; rolling back to it is exact however many
@@ -445,6 +457,7 @@ def test_rollback_to_a_checkpoint_returns_to_exactly_that_release(node):
     assert [line.split()[1:] for line in lines] == [["rollout-1", first], ["rollout-2", first]], lines
 
 
+@pytest.mark.salt_line_independent
 def test_rollback_refuses_a_previous_release_that_changed_since_it_was_made(node):
     node.set_pillar(part_timeout=30)
     node.apply()
@@ -671,6 +684,7 @@ def _state_of(*paths):
     ("custom", "daemon", b"je.kim\n", False, False, "not listed"),
 ], ids=["listed-default-path", "listed-custom-path", "definite-nonmatch", "lookup-failed-absent",
         "lookup-failed-unreadable", "regex-wildcard", "system-account"])
+@pytest.mark.salt_line_independent
 def test_explain_and_a_real_job_end_agree_on_the_seed_matrix(request, path, user, listing, drop, acts, answer):
     """explain runs the current release's node program in its dry run; then
     the same release's epilog.sh runs as at a real job end of the same job,
@@ -724,6 +738,7 @@ def test_explain_and_a_real_job_end_agree_on_the_seed_matrix(request, path, user
     assert decided == _runner_lines(report["decisions"]), (decided, report["decisions"])
 
 
+@pytest.mark.salt_line_independent
 def test_explain_and_a_job_end_agree_when_another_job_of_the_user_is_marked(node):
     """A job of alice's whose prolog marked it here 5 s ago: explain (about
     the end of job 4242) and the real end of job 4242 both find it in the
@@ -752,6 +767,7 @@ def test_explain_and_a_job_end_agree_when_another_job_of_the_user_is_marked(node
         (decided, report["decisions"])
 
 
+@pytest.mark.salt_line_independent
 def test_explain_refuses_a_release_from_before_the_node_program(node):
     """A release from before the node program has no dry run to ask (its
     runner would end a job for real): explain refuses it, and alice's stray
@@ -777,6 +793,7 @@ def test_explain_refuses_a_name_with_a_nul_byte_with_a_clear_error(node):
         node.run("explain", user="al\0ice")
 
 
+@pytest.mark.salt_line_independent
 def test_explain_says_unknown_when_other_jobs_cannot_be_told(node):
     node.apply()
     sock = socket.socket(socket.AF_UNIX)
@@ -790,6 +807,7 @@ def test_explain_says_unknown_when_other_jobs_cannot_be_told(node):
     assert report["parts"]["39-lastuserjob-ssh"].startswith("skipped: other jobs of this user on this node: unknown")
 
 
+@pytest.mark.salt_line_independent
 def test_verify_names_what_root_would_run_that_another_account_can_write(node):
     node.apply()
     wired(node)

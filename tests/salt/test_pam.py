@@ -93,6 +93,7 @@ def test_epilog_pam_refuses_a_listfile_stack_a_sufficient_line_would_skip(node):
     ("listfile", "account sufficient pam_localuser.so\n{gate}", "[pam-listfile-bypassed]"),
     ("none", "", None),
 ])
+@pytest.mark.salt_line_independent
 def test_verify_fails_under_listfile_until_sshd_consults_the_allow_file(node, access, sshd, code):
     node.set_pillar(ssh_access=access)
     node.apply()

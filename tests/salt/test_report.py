@@ -12,6 +12,10 @@ from salt.exceptions import CommandExecutionError
 
 from tests.helpers import as_user, end, in_namespaces, killed, owned_file, slurmd_env, stray, uid_of
 
+# What the node program reads out of its records: the same on every Salt
+# line (tests/salt/conftest.py); the fleet's report runs on each.
+pytestmark = pytest.mark.salt_line_independent
+
 
 def job_end(n, user, job, **env):
     ret = subprocess.run([str(n.conf_dir / "epilog.sh")], env=slurmd_env(user, job=job, **env), capture_output=True)

@@ -9,6 +9,11 @@ import pytest
 
 from tests.helpers import RELEASES, mount_namespace
 
+# How the module reads slurm.conf: the same on every Salt line
+# (tests/salt/conftest.py); epilog.clean's refusal itself runs on each, in
+# test_operations.py.
+pytestmark = pytest.mark.salt_line_independent
+
 
 @pytest.mark.parametrize("text", [
     'Epilog="{conf}/epilog.sh"\n',

@@ -140,3 +140,19 @@ def test_the_guard_judges_an_allow_file_line_as_a_job_end_of_its_account(tmp_pat
     assert guard.spared_as(verdict_of("no-such-account-here")) == "unknown user"
     listing.write_text("nobody\n")
     assert guard.spared_as(guard.judge_names(str(listing), "a-z0-9._-")("nobody")) == "listed"
+
+
+def test_an_alias_nss_resolves_is_not_the_line_part_39_removes(tmp_path, monkeypatch):
+    """A name that resolves to an account whose own name is another (sssd's
+    case-insensitive or name@REALM look-ups: this machine's files NSS has
+    none, so the look-ups are given) is a line part 39, which removes the
+    name slurmd passes, never removes."""
+    listing = tmp_path / "localusers.backup"
+    listing.write_text("opal\n")
+    names = {"opal": 50102, "alice": 50101, "Alice": 50101, "alice@REALM": 50101}
+    monkeypatch.setattr(guard, "resolve", names.get)
+    monkeypatch.setattr(guard, "name_of", {50101: "alice"}.get)
+    verdict_of = guard.judge_names(str(listing), "a-zA-Z0-9._@-")
+    assert verdict_of("alice").answer == "act"
+    assert parts.never_revoked([b"alice", b"Alice", b"alice@REALM"], verdict_of) == [
+        ("Alice", "not the account's name"), ("alice@REALM", "not the account's name")]

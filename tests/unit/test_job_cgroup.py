@@ -214,3 +214,34 @@ def test_a_basepath_job_directory_of_no_running_job_is_stale():
     assert evidence.stale_job_dirs("/jc", "vm", entries, {"7", "12"}) == ["/jc/vm/8"]
     assert evidence.stale_job_dirs("/jc/", "vm", {"/jc/": ["3"]}, set()) == ["/jc/3"]
     assert evidence.stale_job_dirs("/jc", "vm", {}, set()) == []
+
+
+def stops_at(n, read):
+    """OWNERS that read only the first N directories below the root, as
+    node_owners would (READ: the real reader's view up to where it stopped:
+    the rest removed meanwhile, too deep, or a name it could not open)."""
+    return lambda names: read(names[:n])
+
+
+@pytest.mark.parametrize("text, owners", [
+    # deeper than the reader goes, under her delegated subtree
+    ("0::/user.slice/user-50101.slice/user@50101.service/" + "/".join(f"d{i}" for i in range(29))
+     + "/x_slurmstepd.scope/job_1\n", node_owners),
+    # a name the reader cannot open (not UTF-8: printed by the kernel as bytes)
+    ("0::/user.slice/user-50101.slice/user@50101.service/\udcff/x_slurmstepd.scope/job_1\n", stops_at(4, node_owners)),
+    # the directories below hers removed before they were read
+    ("0::/user.slice/user-50101.slice/user@50101.service/a/slurmstepd.scope/job_1\n", stops_at(3, node_owners)),
+])
+def test_her_own_directory_on_the_way_is_no_job_however_deep_or_unread_below_it(text, owners):
+    """What was read is judged first: a directory of hers on the way makes
+    the path none of a job's, never "unknown" (which epilog.strays never
+    kills: a user could make herself unknown to it)."""
+    assert system.job_of_cgroup(text, 50101, owners) is None
+
+
+def test_a_cgroup_name_that_is_not_utf8_reaches_the_reader_as_its_bytes(monkeypatch):
+    asked = []
+    monkeypatch.setattr(system, "cgroup_owners", asked.append)
+    monkeypatch.setattr(system.os, "read", lambda fd, n: b"0::/system.slice/\xff/slurmstepd.scope/job_1\n")
+    system.job_cgroup(os.getpid())
+    assert asked and os.fsencode(asked[0][1]) == b"\xff"

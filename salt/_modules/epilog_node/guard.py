@@ -178,5 +178,22 @@ def judge_names(list_path, account_chars):
     def verdict_of(name):
         uid = lookup(name)
         ident = identity(name, None if uid is None else str(uid), lookup, account_chars)
-        return decide(ident, name, listing, list_path, lookup, defs)
+        verdict = decide(ident, name, listing, list_path, lookup, defs)
+        if verdict.answer == "act" and name_of(verdict.uid) != name:
+            # an alias (another case, name@REALM) that NSS resolves: slurmd
+            # passes the account's own name, the only line part 39 removes
+            return Verdict("unknown", None, "%s is not the name of uid %d" % (system.show(name), verdict.uid),
+                           "warning", "not the account's name", False)
+        return verdict
     return verdict_of
+
+
+def name_of(uid):
+    """The account name of UID through NSS (as slurmd names a job's user),
+    or None."""
+    import pwd  # pylint: disable=import-outside-toplevel
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, ValueError, OverflowError):
+        return None

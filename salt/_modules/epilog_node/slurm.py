@@ -111,8 +111,11 @@ class Slurm:
 
 def conf_dir_root_only(conf_dir):
     """Whether only root can write CONF_DIR, the directory of the
-    SLURM_CONF squeue is given, or it is not there (squeue then finds
-    no slurm.conf and fails): judged as roots.Root
+    SLURM_CONF squeue is given, or it is not there and only root can
+    make it (its deepest directory that is there is one only root can
+    write: squeue then finds no slurm.conf and fails; under a directory
+    another account writes it could be made, or be a dangling symlink
+    made real, between this look and squeue's): judged as roots.Root
     judges a slurmd's paths, on the descriptor of each directory its
     resolution goes through; a /proc/PID/root/... directory (a slurmd's
     own, in its mount namespace) resolved in that root, never through
@@ -125,6 +128,8 @@ def conf_dir_root_only(conf_dir):
     except OSError:
         return False
     try:
-        return root.root_only(inner) or not root.exists(inner)
+        while not root.exists(inner) and inner not in ("/", ""):
+            inner = os.path.dirname(inner)
+        return root.root_only(inner or "/")
     finally:
         root.close()

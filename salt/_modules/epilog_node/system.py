@@ -496,12 +496,16 @@ def v2_job(names, owners):
     if scope is None or scope + 1 >= len(names) or names[scope + 1] == "system":
         return None
     where = "/" + "/".join(names[:scope + 2])
+    # What was read is judged first: a directory on the way that is not
+    # root's alone makes the path no job's, however deep it goes or
+    # whatever could not be read below it (her delegated subtree is hers,
+    # and so is what she makes too deep or unreadable under it)
+    if any(uid != 0 or mode & 0o022 for uid, mode in (owners or ())[:scope + 3]):
+        return None
     if scope + 2 > CGROUP_DEPTH:
         return ("unknown", "%s is deeper than %d directories" % (show(where), CGROUP_DEPTH))
     if owners is None or len(owners) < scope + 3:
         return ("unknown", "the owners of %s could not be read in the cgroup v2 hierarchy" % show(where))
-    if any(uid != 0 or mode & 0o022 for uid, mode in owners[:scope + 3]):
-        return None  # a directory another than root could make: no job's
     job = job_dir(names[scope + 1])
     return job if job is not None else ("unknown", "%s is no job directory Slurm names" % show(where))
 
@@ -551,7 +555,9 @@ def job_cgroup(pid, uid=None):
         return None
     finally:
         os.close(fd)
-    return job_of_cgroup(data.decode("utf-8", "replace"), uid)
+    # surrogateescape: a name that is not UTF-8 is opened (cgroup_owners) as
+    # the very bytes the kernel printed
+    return job_of_cgroup(data.decode("utf-8", "surrogateescape"), uid)
 
 
 _CGROUP2 = []
