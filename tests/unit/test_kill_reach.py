@@ -53,6 +53,35 @@ def test_kill_minus_one_reaches_exactly_the_users_x_holders_and_saved_only_proce
         assert (owner == "user") == (uids[0] == HER and X not in (uids[0], uids[2])), uids
 
 
+SUB = 200000  # a subordinate uid of hers (newuidmap)
+
+
+@pytest.mark.parametrize("uids, ns_owners, owner", [
+    ((SUB, SUB, HER), (HER,), "user"),  # a saved-only process of her own making, in her namespace: hers
+    ((SUB, SUB, SUB), (HER,), "user"),  # a subuid of hers in her namespace: kill(-1) reaches it, she owns it
+    ((0, 0, 0), (HER,), "user"),  # root who entered her namespace: she holds every capability there
+    ((OTHER, OTHER, OTHER), (OTHER, HER), "user"),  # a namespace nested in one of hers
+    ((OTHER, HER, HER), (OTHER,), "saved"),  # another's namespace: as in none
+    ((OTHER, OTHER, OTHER), (OTHER,), None),
+    ((X, 0, 0), (HER,), "x"),
+])
+def test_a_process_in_a_user_namespace_she_owns_is_hers(uids, ns_owners, owner):
+    """The owner of a user namespace holds CAP_KILL in it (and in those
+    nested in it): kill(-1) from her reaches every process there, whatever
+    its uids, so each is hers: killed, never spared as saved-only."""
+    assert parts.owner_of(uids, HER, X, ns_owners) == owner
+
+
+def test_a_process_in_pid_1s_user_namespace_has_no_owners_to_walk():
+    assert parts.userns_owners(os.getpid()) == ()
+    assert parts.userns_owners("999999999") == ()
+
+
+def test_a_bound_reached_while_saved_only_processes_lived_names_them():
+    why = parts.kept_coming(["7(hersleep) uid 0"])
+    assert "kept coming" in why and "1 7(hersleep) uid 0" in why
+
+
 @pytest.mark.parametrize("mine, others, whole", [
     ([(700, 700), (700, 700), (800, 800)], {1, 900}, {700, 800}),  # sessions of hers alone
     ([(700, 700), (710, 700)], {700}, set()),  # another's process in her session: no group of it whole
