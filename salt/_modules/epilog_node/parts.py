@@ -730,8 +730,11 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
 
     * the user cannot signal or trace it into silence: their uid is none of
       its real and saved uids (and it is not dumpable);
-    * kill(-1) from it reaches exactly the processes whose real or saved uid
-      is UID or X, never anyone else's. No process may hold X as its real
+    * kill(-1) from it reaches the processes whose real or saved uid is
+      UID or X, and every process, whatever its uids, in a user namespace
+      UID owns or one nested in it (the owner holds CAP_KILL there): those
+      are hers (owner_of, userns_owners), killed in every round kind, never
+      spared; no one else's. No process may hold X as its real
       or saved uid (checked first), and of the part 40s of the node (two
       users' job ends at once) each holds an X of its own (kill()'s slot):
       one X would let each reach the other;
@@ -765,7 +768,15 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
       setuid program that moves her uid to its saved one (it was hers when
       the scan looked); those a kill(-1) in that window reaches (the
       freeze's SIGSTOP, undone as for the others). one_by_one in the
-      record counts the rounds of that kind;
+      record counts the rounds of that kind. Then, as root, _thaw_rest
+      continues whatever else the freeze stopped that is not hers. The
+      freeze is undone whatever cuts the round short (try/finally; the
+      runner's SIGTERM, while kill_uid runs in the main thread, raises Cut
+      into it, and is sent again to the old handler before returning); no
+      frozen round starts with less time left than the last took (bound).
+      A continued saved-only process runs her code: after a thaw the kill
+      scans again before it may end done, and ends bound (why:
+      kept_coming()) while hers keep coming;
     * each other round sends one signal, kill(-1, SIGKILL), and nothing
       else. The kernel walks its task list for kill(-1) under tasklist_lock,
       which fork needs for writing, and fork refuses a child to a process
@@ -1080,6 +1091,8 @@ def kill(ctx):
             "saved_only": len(result.spared), "one_by_one": result.one_by_one, "continued": len(result.continued)}
     if result.spared:
         fact["saved_only_first"] = result.spared[:20]
+    if result.outcome == "bound" and result.why:
+        fact["why"] = result.why
     if result.outcome == "would":
         fact["would"] = True
     ctx.fact("kill", fact)
@@ -1115,8 +1128,9 @@ def kill(ctx):
     elif result.outcome == "done":
         ctx.log("info", "killed the processes of uid %d (%d round(s)): %s" % (uid, result.rounds, signalled))
     elif result.outcome == "bound":
-        ctx.log("warning", "processes of uid %d survived %d %s; gave up (bound: %d rounds or %d s); killed first: %s"
-                % (uid, result.rounds, some(result.left), ROUNDS, SECONDS, signalled))
+        ctx.log("warning", "processes of uid %d survived %d %s; gave up (bound: %d rounds or %d s)%s; killed first: %s"
+                % (uid, result.rounds, some(result.left), ROUNDS, SECONDS,
+                   " (%s)" % result.why if result.why else "", signalled))
     elif result.outcome == "refused":
         ctx.log("warning", "did not kill the processes of uid %d: %s; the sender would reach them too"
                 % (uid, result.why))
