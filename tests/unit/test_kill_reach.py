@@ -9,6 +9,7 @@ hers: the round that finds one signals hers one by one."""
 import errno
 import itertools
 import os
+import signal
 import struct
 
 import pytest
@@ -183,3 +184,28 @@ def test_a_utilization_clamp_the_user_set_on_the_runner_is_put_back():
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+def test_the_safety_net_continues_what_the_freeze_stopped_and_not_what_was_stopped_before():
+    """_thaw_rest, on a real stopped child of this test's (not hers): it
+    is continued when the scan before the freeze did not find it stopped,
+    left stopped when it did, and never when _thaw already continued it."""
+    pid = os.fork()
+    if pid == 0:
+        os.kill(os.getpid(), signal.SIGSTOP)
+        signal.pause()  # until the test kills it: continued, it is still there to be waited for
+        os._exit(0)
+    try:
+        _, status = os.waitpid(pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status)
+        assert parts._thaw_rest(HER, {str(pid)}, {str(pid)}, []) == []
+        assert parts._thaw_rest(HER, {str(pid)}, set(), [f"{pid}(python)"]) == []
+        assert parts._thaw_rest(HER, {str(pid)}, set(), [])[0].startswith(f"{pid}(")
+        _, status = os.waitpid(pid, os.WCONTINUED)
+        assert os.WIFCONTINUED(status)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)

@@ -833,6 +833,8 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
 
     try:
         term = signal.signal(signal.SIGTERM, on_term)
+        if term is None:
+            term = signal.SIG_DFL  # one not set from Python: the runner's worker sets SIG_DFL
     except ValueError:
         term = None  # not the main thread: no handler of ours
     try:
