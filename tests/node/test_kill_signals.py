@@ -19,6 +19,7 @@ from tests.helpers import (
     live_processes_of,
     process_uids,
     slurmd_env,
+    spawn_as,
     stray,
     uid_of,
     wait_for,
@@ -146,4 +147,69 @@ def test_a_fork_loop_that_leaves_its_group_dies_while_her_setuid_program_runs_fo
     finally:
         os.kill(held, signal.SIGCONT)
         end(loop)
+        kill_all_of(ALICE)
+
+
+def in_her_namespace():
+    """alice's sleep in a user namespace of her own (unshare -U), and
+    root's sleep that joined it (nsenter, credentials kept: real uid 0):
+    kill(-1) from her reaches both (she holds CAP_KILL in a namespace she
+    owns), so both are hers to part 40."""
+    holder = spawn_as(ALICE, "unshare", "-U", "sleep", "600")
+    mine = os.readlink("/proc/self/ns/user")
+
+    def ns(pid):
+        try:
+            return os.readlink(f"/proc/{pid}/ns/user")
+        except OSError:
+            return None
+
+    hers = wait_for(lambda: (lambda found: found if found not in (None, mine) else None)(ns(holder.pid)), 10,
+                    what="alice's user namespace")
+    joined = subprocess.Popen(["nsenter", f"--user=/proc/{holder.pid}/ns/user", "--preserve-credentials",
+                               "sleep", "600"], stdin=subprocess.DEVNULL, start_new_session=True)
+    wait_for(lambda: ns(joined.pid) == hers and "sleep" in Path(f"/proc/{joined.pid}/cmdline").read_text(), 10,
+             what="root's process to join her namespace")
+    assert (process_uids(joined.pid) or (None,))[0] == 0
+    return holder, joined
+
+
+def test_processes_in_her_user_namespace_are_hers_in_a_plain_round(chain, accounts):
+    """No saved-only process: the plain kill(-1, SIGKILL) round, which
+    always reached them, now counts them too: both die, and the record
+    counts them signalled."""
+    holder, joined = in_her_namespace()
+    try:
+        ret = chain.run_part("40-lastuserjob-processes", slurmd_env(ALICE))
+        assert ret.returncode == 0, ret
+        assert killed(holder) and killed(joined), chain.log_text()
+        fact = next(part for part in chain.records()[-1]["parts"]
+                    if part["part"] == "40-lastuserjob-processes")["facts"]["kill"]
+        assert fact["outcome"] == "done" and fact["signalled"] >= 2, fact
+    finally:
+        end(holder)
+        end(joined)
+        kill_all_of(ALICE)
+
+
+def test_processes_in_her_user_namespace_are_killed_not_left_stopped_in_a_frozen_round(chain, her_setuid_runs):
+    """While another account's run of her setuid program lives, the round
+    freezes: root's process in her namespace, which the freeze stops (the
+    kernel lets her signal it), is hers and killed, never left stopped;
+    the others' runs are running again."""
+    holder, joined = in_her_namespace()
+    try:
+        mark = len(chain.log_text())
+        ret = chain.run_part("40-lastuserjob-processes", slurmd_env(ALICE))
+        assert ret.returncode == 0, ret
+        log = chain.log_text()[mark:]
+        assert killed(holder) and killed(joined), log
+        assert all(process_uids(proc.pid) and state(proc.pid) not in ("T", "t")
+                   for proc in her_setuid_runs.values()), log
+        fact = next(part for part in chain.records()[-1]["parts"]
+                    if part["part"] == "40-lastuserjob-processes")["facts"]["kill"]
+        assert fact["outcome"] == "done" and fact["one_by_one"] >= 1 and fact["saved_only"] == 3, fact
+    finally:
+        end(holder)
+        end(joined)
         kill_all_of(ALICE)

@@ -9,6 +9,7 @@ hers: the round that finds one signals hers one by one."""
 import errno
 import itertools
 import os
+import signal
 import struct
 
 import pytest
@@ -51,6 +52,35 @@ def test_kill_minus_one_reaches_exactly_the_users_x_holders_and_saved_only_proce
         owner = parts.owner_of(uids, HER, X)
         assert reached((X, HER), uids) == (owner is not None), uids
         assert (owner == "user") == (uids[0] == HER and X not in (uids[0], uids[2])), uids
+
+
+SUB = 200000  # a subordinate uid of hers (newuidmap)
+
+
+@pytest.mark.parametrize("uids, ns_owners, owner", [
+    ((SUB, SUB, HER), (HER,), "user"),  # a saved-only process of her own making, in her namespace: hers
+    ((SUB, SUB, SUB), (HER,), "user"),  # a subuid of hers in her namespace: kill(-1) reaches it, she owns it
+    ((0, 0, 0), (HER,), "user"),  # root who entered her namespace: she holds every capability there
+    ((OTHER, OTHER, OTHER), (OTHER, HER), "user"),  # a namespace nested in one of hers
+    ((OTHER, HER, HER), (OTHER,), "saved"),  # another's namespace: as in none
+    ((OTHER, OTHER, OTHER), (OTHER,), None),
+    ((X, 0, 0), (HER,), "x"),
+])
+def test_a_process_in_a_user_namespace_she_owns_is_hers(uids, ns_owners, owner):
+    """The owner of a user namespace holds CAP_KILL in it (and in those
+    nested in it): kill(-1) from her reaches every process there, whatever
+    its uids, so each is hers: killed, never spared as saved-only."""
+    assert parts.owner_of(uids, HER, X, ns_owners) == owner
+
+
+def test_a_process_in_pid_1s_user_namespace_has_no_owners_to_walk():
+    assert parts.userns_owners(os.getpid()) == ()
+    assert parts.userns_owners("999999999") == ()
+
+
+def test_a_bound_reached_while_saved_only_processes_lived_names_them():
+    why = parts.kept_coming(["7(hersleep) uid 0"])
+    assert "kept coming" in why and "1 7(hersleep) uid 0" in why
 
 
 @pytest.mark.parametrize("mine, others, whole", [
@@ -154,3 +184,28 @@ def test_a_utilization_clamp_the_user_set_on_the_runner_is_put_back():
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+def test_the_safety_net_continues_what_the_freeze_stopped_and_not_what_was_stopped_before():
+    """_thaw_rest, on a real stopped child of this test's (not hers): it
+    is continued when the scan before the freeze did not find it stopped,
+    left stopped when it did, and never when _thaw already continued it."""
+    pid = os.fork()
+    if pid == 0:
+        os.kill(os.getpid(), signal.SIGSTOP)
+        signal.pause()  # until the test kills it: continued, it is still there to be waited for
+        os._exit(0)
+    try:
+        _, status = os.waitpid(pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status)
+        assert parts._thaw_rest(HER, {str(pid)}, {str(pid)}, []) == []
+        assert parts._thaw_rest(HER, {str(pid)}, set(), [f"{pid}(python)"]) == []
+        assert parts._thaw_rest(HER, {str(pid)}, set(), [])[0].startswith(f"{pid}(")
+        _, status = os.waitpid(pid, os.WCONTINUED)
+        assert os.WIFCONTINUED(status)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)

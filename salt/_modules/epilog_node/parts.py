@@ -274,11 +274,16 @@ def some(found):
     return str(n) + ((" " + " ".join(found[:20]) + (" ..." if n > 20 else "")) if n else "")
 
 
-def owner_of(uids, uid, x=None):
+def owner_of(uids, uid, x=None, ns_owners=()):
     """Whose a process whose uids are UIDS (real, effective, saved) is, to a
     kill of UID's processes sent from a process of real uid X, effective
     UID: "x" when its real or saved uid is X; "user" when its real uid is
-    UID (the user's, as epilog.strays tells processes apart); "saved" when
+    UID (the user's, as epilog.strays tells processes apart), or when UID is
+    in NS_OWNERS (userns_owners(): the owners of its user namespace and of
+    each above it), whatever its uids: she owns that namespace, so she holds
+    every capability in it (CAP_KILL: kill(-1) from her reaches it; a
+    subordinate uid of hers through newuidmap, or root of the host who
+    entered it, is hers to end there); "saved" when
     its saved uid is UID and its real uid another's (another account, an
     operator or root running a program the user made setuid to herself):
     kill(-1) from the sender would reach it (the kernel lets a signal reach
@@ -288,11 +293,61 @@ def owner_of(uids, uid, x=None):
     real, _, saved = uids
     if x is not None and x in (real, saved):
         return "x"
-    if real == uid:
+    if real == uid or uid in ns_owners:
         return "user"
     if saved == uid:
         return "saved"
     return None
+
+
+# ioctl(2) on a /proc/PID/ns/user descriptor (linux/nsfs.h): the uid that
+# owns it (writes a uid_t), and its parent's descriptor (EPERM at the top)
+NS_GET_PARENT, NS_GET_OWNER_UID = 0xb702, 0xb704
+# user namespaces nest at most 32 deep
+NS_DEPTH = 33
+_init_ns = []  # [(st_dev, st_ino)] of PID 1's user namespace, once read
+
+
+def userns_owners(pid):
+    """The uids that own PID's user namespace and each one above it, asked
+    of the kernel (NS_GET_OWNER_UID, then NS_GET_PARENT up to where it
+    answers EPERM), as root; () for a process in PID 1's (a stat alone; the
+    chain's own where PID 1's cannot be read) or one that cannot be read
+    (gone)."""
+    import fcntl  # pylint: disable=import-outside-toplevel - only a process in a namespace of its own needs it
+    import struct  # pylint: disable=import-outside-toplevel
+
+    if not _init_ns:
+        for where in ("/proc/1/ns/user", "/proc/self/ns/user"):
+            try:
+                st = os.stat(where)  # PID 1's, or (not readable: a sandbox) the chain's own
+                _init_ns.append((st.st_dev, st.st_ino))
+                break
+            except OSError:
+                continue
+        else:
+            _init_ns.append(None)
+    try:
+        fd = os.open("/proc/%s/ns/user" % pid, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return ()
+    owners = []
+    try:
+        for _ in range(NS_DEPTH):
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == _init_ns[0]:
+                break
+            raw = bytearray(4)
+            fcntl.ioctl(fd, NS_GET_OWNER_UID, raw, True)
+            owners.append(struct.unpack("=I", bytes(raw))[0])
+            parent = fcntl.ioctl(fd, NS_GET_PARENT)
+            os.close(fd)
+            fd = parent
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return tuple(owners)
 
 
 def whole_groups(mine, others):
@@ -320,7 +375,8 @@ def _ids(fields):
 
 
 def _live(pid, uid, user, x=None, fields=None):
-    """(1, name) when PID is a live process whose real uid is UID; (5,
+    """(1, name) when PID is a live process of UID (owner_of's "user": its
+    real uid, or a user namespace of UID's); (5,
     name, R) when its saved uid is UID and its real uid R another's
     (owner_of's "saved"); (2, title) when it is root's sshd monitor of a
     login of USER still in progress; (3, title) when that login is still
@@ -337,6 +393,8 @@ def _live(pid, uid, user, x=None, fields=None):
     real, effective, _ = uids
     name = system.show(fields.get("Name", "?"))
     owner = owner_of(uids, uid, x)
+    if owner not in ("x", "user"):
+        owner = owner_of(uids, uid, x, userns_owners(pid))
     if owner == "x":
         return 4, name
     if owner == "user":
@@ -477,8 +535,8 @@ def _as_user(uid, x, send):
 def _signal_each(uid, x, targets, groups):
     """SIGKILL to TARGETS ("pid(name)"), with no kill(-1): first to each
     process group of GROUPS ({"pid(name)": pgid}: whole_groups), whole,
-    then to each other target that is still a live process of real uid
-    UID, one at a time: its pidfd opened first (as root), then its status
+    then to each other target that is still a live process of UID
+    (hers()), one at a time: its pidfd opened first (as root), then its status
     read through /proc (while the pidfd is open, /proc/PID is that very
     process, or it is gone and the signal fails), then the signal sent
     through the pidfd: no pid reused meanwhile can be reached. Where there
@@ -503,7 +561,7 @@ def _signal_each(uid, x, targets, groups):
             continue  # gone
         try:
             fields = system.status(pid)
-            if not system.alive(fields) or (system.uids_of(fields) or (None,))[0] != uid:
+            if not system.alive(fields) or not hers(pid, fields, uid):
                 continue
             why = _as_user(uid, x, (lambda fd=fd, send=calls[1]: send(fd, signal.SIGKILL)) if fd is not None
                            else (lambda pid=pid: os.kill(pid, signal.SIGKILL)))
@@ -532,40 +590,131 @@ def thawable(fields, uid, pid, before, saved):
     return uids[2] == uid or not saved
 
 
+def hers(pid, fields, uid):
+    """Whether the process PID, whose status is FIELDS, is UID's to kill
+    (owner_of's "user": its real uid, or a user namespace of UID's)."""
+    uids = system.uids_of(fields)
+    if not uids:
+        return False
+    return uids[0] == uid or owner_of(uids, uid, None, userns_owners(pid)) == "user"
+
+
+# how long _thaw waits for a parent to stop itself (su, runuser) after its
+# child was continued: PARENT_POLLS reads, PARENT_POLL s apart (a few ms)
+PARENT_POLLS, PARENT_POLL = 10, 0.0005
+
+
+def _pinned(calls, pid):
+    """PID's pidfd (calls: pidfd_calls()), None without pidfds, or a
+    negative errno when it is gone."""
+    return calls[0](int(pid)) if calls else None
+
+
+def _sender(calls, fd, pid, sig):
+    """What sends SIG to PID: through its pidfd FD, or by pid without one."""
+    if fd is not None:
+        return lambda: calls[1](fd, sig)
+    return lambda: os.kill(int(pid), sig)
+
+
+def _parent_stopped(ppid):
+    """PPID's status once it is stopped (state T), polled PARENT_POLLS
+    times: su and runuser stop themselves a moment after their child does;
+    its status as last read otherwise."""
+    fields = system.status(ppid)
+    for _ in range(PARENT_POLLS):
+        if not fields or fields.get("State", "")[:1] == "T":
+            break
+        time.sleep(PARENT_POLL)
+        fields = system.status(ppid)
+    return fields
+
+
+def _thaw_parent(uid, calls, pid, ppid, before):
+    """SIGCONT, as root, to PPID, the parent of the continued process PID
+    (still pinned by its pidfd), when thawable() says so of it, it is not
+    UID's (hers()) and PID's parent is still PPID once PPID's pidfd is open
+    (a pid reused meanwhile is not reached). "pid(name)", or None."""
+    if ppid in ("0", "1") or not system.digits(ppid):
+        return None
+    _parent_stopped(ppid)
+    fd = _pinned(calls, ppid)
+    if fd is not None and fd < 0:
+        return None
+    try:
+        fields = system.status(ppid)
+        if (system.status(pid) or {}).get("PPid") != ppid or not thawable(fields, uid, ppid, before, False) \
+                or hers(ppid, fields, uid):
+            return None
+        try:
+            _sender(calls, fd, ppid, signal.SIGCONT)()
+        except OSError:
+            return None
+        return "%s(%s)" % (ppid, system.show(fields.get("Name", "?")))
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
 def _thaw(uid, x, others, before):
     """SIGCONT to each process of OTHERS ("pid(name) uid R": those whose
     saved uid alone is UID, as a scan after the freeze found them) that
     thawable() says the freeze stopped, from the sender (effective UID,
     as the SIGSTOP came) through its pidfd; then, as root, to its parent
-    when thawable() says so of it. The "pid(name)" continued."""
+    (_thaw_parent: waited for a few ms to stop itself). The "pid(name)"
+    continued."""
     calls, done = pidfd_calls() or (), []
     for entry in others:
-        pid, saved = entry.split("(", 1)[0], True
-        while pid not in ("0", "1") and system.digits(pid):
-            fd = calls[0](int(pid)) if calls else None
-            if fd is not None and fd < 0:
-                break  # gone
-            try:
-                fields = system.status(pid)
-                if not thawable(fields, uid, pid, before, saved):
-                    break
-                send = (lambda fd=fd: calls[1](fd, signal.SIGCONT)) if fd is not None \
-                    else (lambda pid=pid: os.kill(int(pid), signal.SIGCONT))
-                if saved:
-                    _as_user(uid, x, send)
-                else:
-                    try:
-                        send()
-                    except OSError:
-                        pass
-                done.append("%s(%s)" % (pid, system.show(fields.get("Name", "?"))))
-            finally:
-                if fd is not None:
-                    os.close(fd)
-            if not saved:
-                break
-            pid, saved = fields.get("PPid", ""), False
+        pid = entry.split("(", 1)[0]
+        fd = _pinned(calls, pid)
+        if fd is not None and fd < 0:
+            continue  # gone
+        try:
+            fields = system.status(pid)
+            if not thawable(fields, uid, pid, before, True) or hers(pid, fields, uid):
+                continue
+            _as_user(uid, x, _sender(calls, fd, pid, signal.SIGCONT))
+            done.append("%s(%s)" % (pid, system.show(fields.get("Name", "?"))))
+            parent = _thaw_parent(uid, calls, pid, fields.get("PPid", ""), before)
+            if parent:
+                done.append(parent)
+        finally:
+            if fd is not None:
+                os.close(fd)
     return done
+
+
+def _thaw_rest(uid, stopped, before, done):
+    """The safety net after a freeze: SIGCONT, as root, through its pidfd,
+    to each process of STOPPED (the pids a scan after it found stopped, none
+    of them UID's) that the scan before it did not find stopped (BEFORE),
+    that _thaw did not continue (DONE: "pid(name)") and that thawable() (as
+    a parent: any uid but UID's) and hers() say is not hers: whatever the
+    freeze reached that is not hers is never left stopped. The "pid(name)"
+    continued."""
+    calls, out = pidfd_calls() or (), []
+    skip = set(entry.split("(", 1)[0] for entry in done)
+    for pid in sorted(set(stopped) - set(before) - skip, key=int):
+        fd = _pinned(calls, pid)
+        if fd is not None and fd < 0:
+            continue
+        try:
+            fields = system.status(pid)
+            if not thawable(fields, uid, pid, before, False) or hers(pid, fields, uid):
+                continue
+            try:
+                _sender(calls, fd, pid, signal.SIGCONT)()
+            except OSError:
+                continue
+            out.append("%s(%s)" % (pid, system.show(fields.get("Name", "?"))))
+        finally:
+            if fd is not None:
+                os.close(fd)
+    return out
+
+
+class Cut(Exception):
+    """SIGTERM came while kill_uid acted (the runner's time is up)."""
 
 
 def kill_uid(uid, user, until=None, x=None, rounds_max=None):
@@ -581,8 +730,11 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
 
     * the user cannot signal or trace it into silence: their uid is none of
       its real and saved uids (and it is not dumpable);
-    * kill(-1) from it reaches exactly the processes whose real or saved uid
-      is UID or X, never anyone else's. No process may hold X as its real
+    * kill(-1) from it reaches the processes whose real or saved uid is
+      UID or X, and every process, whatever its uids, in a user namespace
+      UID owns or one nested in it (the owner holds CAP_KILL there): those
+      are hers (owner_of, userns_owners), killed in every round kind, never
+      spared; no one else's. No process may hold X as its real
       or saved uid (checked first), and of the part 40s of the node (two
       users' job ends at once) each holds an X of its own (kill()'s slot):
       one X would let each reach the other;
@@ -616,7 +768,15 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
       setuid program that moves her uid to its saved one (it was hers when
       the scan looked); those a kill(-1) in that window reaches (the
       freeze's SIGSTOP, undone as for the others). one_by_one in the
-      record counts the rounds of that kind;
+      record counts the rounds of that kind. Then, as root, _thaw_rest
+      continues whatever else the freeze stopped that is not hers. The
+      freeze is undone whatever cuts the round short (try/finally; the
+      runner's SIGTERM, while kill_uid runs in the main thread, raises Cut
+      into it, and is sent again to the old handler before returning); no
+      frozen round starts with less time left than the last took (bound).
+      A continued saved-only process runs her code: after a thaw the kill
+      scans again before it may end done, and ends bound (why:
+      kept_coming()) while hers keep coming;
     * each other round sends one signal, kill(-1, SIGKILL), and nothing
       else. The kernel walks its task list for kill(-1) under tasklist_lock,
       which fork needs for writing, and fork refuses a child to a process
@@ -660,44 +820,67 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
     if until is not None:
         deadline = min(deadline, until)
     rounds = one_by_one = 0
-    continued = []
+    continued, last, real = [], 0.0, list(seen)
+    cut = []
 
     def end(outcome, left=(), why=""):
         return Killed(outcome, rounds, signalled, list(left), why, jobs, spared, one_by_one, continued)
 
+    def on_term(signum, _frame):
+        if not cut:
+            cut.append(signum)
+            raise Cut()
+
+    try:
+        term = signal.signal(signal.SIGTERM, on_term)
+        if term is None:
+            term = signal.SIG_DFL  # one not set from Python: the runner's worker sets SIG_DFL
+    except ValueError:
+        term = None  # not the main thread: no handler of ours
     try:
         os.setgroups([])
         os.setresgid(65534, 65534, 65534)
         os.setresuid(x, 0, 0)
         while True:
-            rounds += 1
             frozen = bool(others)
+            started = time.monotonic()
+            if frozen and rounds and deadline - started < last:
+                # a freeze cut off by the runner's time would leave others stopped
+                return end("bound", real, why=kept_coming(spared))
+            rounds += 1
             if frozen:
                 # Everything kill(-1) reaches stops at once, fork loops
                 # too; then hers are killed one by one, and the others it
-                # stopped continued (_thaw, once hers are dead).
+                # stopped continued (_thaw, once hers are dead), whatever
+                # cuts the round short.
                 one_by_one += 1
-                before = stopped
-                why = _as_user(uid, x, lambda: os.kill(-1, signal.SIGSTOP))
-                if not why:
-                    _, now, waited, _, whole, _ = _scan(uid, user, x)
-                    seen = now = [entry for entry in now if entry not in waited]
-                    signalled += [entry for entry in now if entry not in known]
-                    known.update(now)
-                    why = _signal_each(uid, x, seen, whole)
+                before, pending = stopped, True
+                try:
+                    why = _as_user(uid, x, lambda: os.kill(-1, signal.SIGSTOP))
+                    if not why:
+                        _, now, waited, _, whole, _ = _scan(uid, user, x)
+                        seen = now = [entry for entry in now if entry not in waited]
+                        signalled += [entry for entry in now if entry not in known]
+                        known.update(now)
+                        why = _signal_each(uid, x, seen, whole)
+                    _wait_dead(seen if not why else (), uid, user)
+                    _, left, _, others, whole, stopped = _scan(uid, user, x)
+                    thawed = _thaw(uid, x, others, before)
+                    thawed += _thaw_rest(uid, stopped, before, thawed)
+                    pending = False
+                finally:
+                    if pending:
+                        continued += _unfreeze(uid, user, x, before)
+                continued += thawed
+                if thawed:
+                    # a process continued runs again (a saved-only one her
+                    # code): never end on a scan taken before that
+                    _, left, _, others, whole, stopped = _scan(uid, user, x)
             else:
                 why = _as_user(uid, x, lambda: os.kill(-1, signal.SIGKILL))
-            # Wait a little for those seen to die, then look at everything again.
-            for wait in range(1, 21) if not why else ():
-                seen = [entry for entry in seen if (_live(entry.split("(", 1)[0], uid, user) or (0,))[0] == 1]
-                if not seen:
-                    break
-                time.sleep(0.0005 * wait)
-            _, left, _, others, whole, stopped = _scan(uid, user, x)
-            if frozen:
-                thawed = _thaw(uid, x, others, before)
-                continued += thawed
-                stopped = stopped - set(entry.split("(", 1)[0] for entry in thawed)
+                _wait_dead(seen if not why else (), uid, user)
+                _, left, _, others, whole, stopped = _scan(uid, user, x)
+            last = time.monotonic() - started
             if why:
                 return end("failed", why=why)
             spared += [entry for entry in others if entry not in told]
@@ -708,9 +891,11 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
             if not left:
                 return end("done")
             if rounds >= (rounds_max or ROUNDS) or time.monotonic() > deadline:
-                return end("bound", real) if real else end("done")
+                return end("bound", real, why=kept_coming(spared) if one_by_one else "") if real else end("done")
             seen = left
             time.sleep(0.01)
+    except Cut:
+        return end("failed", why="ended by SIGTERM (the runner's time was up)")
     except OSError as exc:
         return end("failed", why="cannot act as uid %d: %s" % (uid, exc.strerror or exc))
     finally:
@@ -720,6 +905,39 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
             os.setgroups(groups)
         except OSError:
             pass
+        if term is not None:
+            signal.signal(signal.SIGTERM, term)
+            if cut:
+                os.kill(os.getpid(), signal.SIGTERM)  # the runner's SIGTERM, to its own handler now
+
+
+def _wait_dead(seen, uid, user):
+    """Wait a little (about 0.1 s at most) for SEEN ("pid(name)") to die."""
+    for wait in range(1, 21):
+        seen = [entry for entry in seen if (_live(entry.split("(", 1)[0], uid, user) or (0,))[0] == 1]
+        if not seen:
+            return
+        time.sleep(0.0005 * wait)
+
+
+def kept_coming(spared):
+    """Why a kill that froze ended at its bound: processes of hers kept
+    coming while processes whose saved uid alone is hers (SPARED) lived;
+    a saved-only one continued runs her code, and may make more."""
+    return "processes of the user's kept coming while processes of saved uid hers lived: %s" % some(spared)
+
+
+def _unfreeze(uid, user, x, before):
+    """Undo a freeze cut short (an error, SIGTERM): root again, a scan,
+    then _thaw and _thaw_rest of what it found stopped. The "pid(name)"
+    continued."""
+    try:
+        os.setresuid(x, 0, 0)
+        _, _, _, others, _, stopped = _scan(uid, user, x)
+        done = _thaw(uid, x, others, before)
+        return done + _thaw_rest(uid, stopped, before, done)
+    except (OSError, Cut):
+        return []
 
 
 def _in_jobs(seen, uid):
@@ -875,6 +1093,8 @@ def kill(ctx):
             "saved_only": len(result.spared), "one_by_one": result.one_by_one, "continued": len(result.continued)}
     if result.spared:
         fact["saved_only_first"] = result.spared[:20]
+    if result.outcome == "bound" and result.why:
+        fact["why"] = result.why
     if result.outcome == "would":
         fact["would"] = True
     ctx.fact("kill", fact)
@@ -910,8 +1130,9 @@ def kill(ctx):
     elif result.outcome == "done":
         ctx.log("info", "killed the processes of uid %d (%d round(s)): %s" % (uid, result.rounds, signalled))
     elif result.outcome == "bound":
-        ctx.log("warning", "processes of uid %d survived %d %s; gave up (bound: %d rounds or %d s); killed first: %s"
-                % (uid, result.rounds, some(result.left), ROUNDS, SECONDS, signalled))
+        ctx.log("warning", "processes of uid %d survived %d %s; gave up (bound: %d rounds or %d s)%s; killed first: %s"
+                % (uid, result.rounds, some(result.left), ROUNDS, SECONDS,
+                   " (%s)" % result.why if result.why else "", signalled))
     elif result.outcome == "refused":
         ctx.log("warning", "did not kill the processes of uid %d: %s; the sender would reach them too"
                 % (uid, result.why))
