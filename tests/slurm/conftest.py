@@ -1,5 +1,5 @@
 """A real one-node Slurm (munge, slurmctld, slurmd: Debian's 22.05, and
-24.11 built from source), a real sshd on 127.0.0.1 and a real rsyslogd,
+26.05 and 24.11 built from source), a real sshd on 127.0.0.1 and a real rsyslogd,
 started and stopped by the tests. slurm.conf points Epilog=/Prolog= at the
 runners of a chain laid down as the state would (tests/release.py; what
 needs Salt itself uses a minion of its own)."""
@@ -18,13 +18,27 @@ import pytest
 from tests.helpers import HOST, Chain, kill_pidfile, require, require_root, require_tools, wait_for
 
 # The Slurm releases the real-Slurm tests run against: Debian 12's 22.05, and
-# upstream 24.11 built by .ci/slurm-24.11 (from the tarball Debian 13 carries)
-# into its cache directory. Each runs with ports and directories of its own.
-SLURM_2411_PREFIX = Path(os.environ.get("EPILOG_SLURM_2411_PREFIX", "/var/cache/epilog-ci/slurm-24.11"))
+# upstream 24.11 and 26.05 built by .ci/slurm-build (24.11 from the tarball
+# Debian 13 carries, 26.05 from SchedMD's beside the clone) into their cache
+# directories. Each runs with ports and directories of its own.
+
+
+def built_prefix(release):
+    return Path(os.environ.get(f"EPILOG_SLURM_{release.replace('.', '')}_PREFIX",
+                               f"/var/cache/epilog-ci/slurm-{release}"))
+
+
 SLURMS = {
     "22.05": {"sbin": Path("/usr/sbin"), "bin": Path("/usr/bin"), "ports": (16817, 16818)},
-    "24.11": {"sbin": SLURM_2411_PREFIX / "sbin", "bin": SLURM_2411_PREFIX / "bin", "ports": (17817, 17818)},
+    **{release: {"sbin": built_prefix(release) / "sbin", "bin": built_prefix(release) / "bin", "ports": ports,
+                 "prefix": built_prefix(release)}
+       for release, ports in (("24.11", (17817, 17818)), ("26.05", (18817, 18818)))},
 }
+# The releases a run takes by default (EPILOG_SLURMS chooses others): the
+# oldest and the newest line. 24.11 tests nothing the two do not (upstream's
+# scope and cgroup names and each Epilog= run in turn, as 26.05; the
+# PrologEpilogTimeout limit, as 22.05), so it runs only when asked for.
+DEFAULT_SLURMS = ("22.05", "26.05")
 # The tests of what happens at a real job end run on each release; the
 # others (a master serving salt/, a release switched under fire) on 22.05.
 ON_EVERY_SLURM = ("test_slurm_job_end.py", "test_sweep_job_end.py", "test_hostile_job_end.py",
@@ -73,11 +87,11 @@ def munge():
 
 def pytest_generate_tests(metafunc):
     """A test that takes a Slurm (the slurm or cgroup_slurm fixture) runs on each Slurm release of
-    SLURMS when its file is one of ON_EVERY_SLURM, else on 22.05.
-    EPILOG_SLURMS=22.05 (a comma list) narrows a local run; CI runs them all."""
+    DEFAULT_SLURMS when its file is one of ON_EVERY_SLURM, else on 22.05. EPILOG_SLURMS (a comma
+    list of SLURMS: 22.05, or 24.11,26.05) chooses the releases instead; CI leaves it unset."""
     if "slurm_release" not in metafunc.fixturenames:
         return
-    wanted = [v for v in os.environ.get("EPILOG_SLURMS", ",".join(SLURMS)).split(",") if v]
+    wanted = [v for v in os.environ.get("EPILOG_SLURMS", ",".join(DEFAULT_SLURMS)).split(",") if v]
     if not wanted or set(wanted) - set(SLURMS):
         raise pytest.UsageError(f"EPILOG_SLURMS={os.environ.get('EPILOG_SLURMS')!r}: a comma list of {', '.join(SLURMS)}")
     every = Path(str(metafunc.definition.path)).name in ON_EVERY_SLURM
@@ -88,7 +102,7 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="session")
 def slurm_release(request):
-    """The Slurm release this test runs against: '22.05' or '24.11'."""
+    """The Slurm release this test runs against: a key of SLURMS."""
     return getattr(request, "param", "22.05")
 
 
@@ -181,7 +195,8 @@ CGROUP_CONTROLLERS = ("freezer", "cpuset", "memory", "devices", "cpuacct")
 
 def cgroup_root(release):
     """Where the Slurm of RELEASE makes its cgroups in each controller:
-    Debian's 22.05 at slurm_<host>, 24.11 at slurm."""
+    Debian's 22.05 (built with MULTIPLE_SLURMD) at slurm_<host>, upstream's
+    builds at slurm."""
     return "slurm_" + HOST if release == "22.05" else "slurm"
 
 
@@ -211,6 +226,11 @@ def tmpfs_slurm(munge, accounts, slurm_release):
         yield s
 
 
+def since(release, first):
+    """Whether Slurm RELEASE ("26.05") is FIRST or later."""
+    return tuple(map(int, release.split("."))) >= tuple(map(int, first.split(".")))
+
+
 @contextlib.contextmanager
 def running_slurm(slurm_release, cgroup=False, tmpfs=False, conf_via="env", place_slurmd=None):
     """A real one-node Slurm of SLURM_RELEASE, its Epilog=/Prolog= the chain
@@ -222,11 +242,12 @@ def running_slurm(slurm_release, cgroup=False, tmpfs=False, conf_via="env", plac
     returns (a command prefix it runs under, the path of its -f): a slurmd
     in a mount namespace of its own. The clients always have SLURM_CONF."""
     sbin, bin_dir = SLURMS[slurm_release]["sbin"], SLURMS[slurm_release]["bin"]
-    how = "bash .ci/slurm-24.11" if slurm_release == "24.11" else "bash .ci/setup"
+    build = SLURMS[slurm_release].get("prefix")
+    how = f"bash .ci/slurm-build {slurm_release}" if build else "bash .ci/setup"
     for tool in (sbin / "slurmctld", sbin / "slurmd", *(bin_dir / t for t in ("srun", "sbatch", "scontrol", "sinfo"))):
         require(tool.exists(), f"{tool} of Slurm {slurm_release} ({how})")
-    if slurm_release == "24.11":
-        require((SLURM_2411_PREFIX / ".built").exists(), f"a finished build in {SLURM_2411_PREFIX} ({how})")
+    if build:
+        require((build / ".built").exists(), f"a finished build in {build} ({how})")
     slurmctld_port, slurmd_port = SLURMS[slurm_release]["ports"]
     for port in (slurmctld_port, slurmd_port):
         require(port_free(port), f"port {port} free for the test Slurm")
@@ -242,6 +263,9 @@ def running_slurm(slurm_release, cgroup=False, tmpfs=False, conf_via="env", plac
     site_epilog = base / "site-epilog.sh"
     site_epilog.write_text(f'#!/bin/sh\necho "$SLURM_JOB_ID" >> {base}/log/site-epilog.jobs\n')
     os.chmod(site_epilog, 0o755)
+    # From 25.05 these are the limits (unset, they take PrologEpilogTimeout,
+    # whose default waits for ever); a 26.05 site sets them.
+    timeouts = "EpilogTimeout=120\nPrologTimeout=120" if since(slurm_release, "25.05") else ""
     conf = base / "slurm.conf"
     conf.write_text(f"""\
 ClusterName=epilogtest
@@ -267,6 +291,7 @@ Epilog={chain.conf_dir}/epilog.sh
 Prolog={chain.conf_dir}/prolog.sh
 PrologFlags={"Contain" if cgroup or tmpfs else "Alloc"}
 PrologEpilogTimeout=120
+{timeouts}
 {"SlurmctldParameters=enable_configless" if conf_via == "configless" else ""}
 NodeName={HOST} CPUs={os.cpu_count()} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
@@ -275,7 +300,10 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         (base / "cgroup.conf").write_text(CGROUP_CONF)
     if tmpfs:
         with conf.open("a") as handle:
-            handle.write("JobContainerType=job_container/tmpfs\n")
+            # job_container/tmpfs is namespace/tmpfs from 25.11 (the old key and
+            # name are still taken, with a warning); both read job_container.conf.
+            handle.write("NamespaceType=namespace/tmpfs\n" if since(slurm_release, "25.11")
+                         else "JobContainerType=job_container/tmpfs\n")
         (base / "job_container.conf").write_text(f"AutoBasePath=true\nBasePath={base}/job-tmp\n")
     s = Slurm(base, chain, slurm_release)
     try:

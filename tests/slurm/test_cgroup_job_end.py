@@ -1,5 +1,5 @@
 """Real job ends under what production sites run: proctrack/cgroup and
-task/cgroup (cgroup v1 here), PrologFlags=Contain, on 22.05 and 24.11.
+task/cgroup (cgroup v1 here), PrologFlags=Contain, on each release.
 Slurm ends the processes in the job's cgroup before the epilog; part 40
 ends what runs outside any job; the record tells the two apart, and the
 node never drains."""

@@ -198,8 +198,8 @@ def test_node_never_drains_without_syslog_daemon(slurm, rsyslog):
 def test_each_release_runs_the_epilogs_slurm_conf_names_as_it_reads_them(slurm, salt_factories, rsyslog, tmp_path):
     """slurm.conf names a site's epilog, then the chain (Epilog= twice).
     Slurm before 24.05 runs only the last Epilog=, so 22.05 runs the chain
-    alone; 24.05 and later run each in turn, so 24.11 runs the site's, then
-    the chain. Either way the chain runs and cleans up, and epilog.verify,
+    alone; 24.05 and later run each in turn, so 24.11 and 26.05 run the
+    site's, then the chain. Either way the chain runs and cleans up, and epilog.verify,
     which cannot know which Slurm reads the file, names the double Epilog=."""
     job, _ = slurm.run_job("alice", "true")
     slurm.wait_epilog_end(job)
