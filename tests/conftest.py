@@ -17,7 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ACCOUNTS, BADNAMES, NO_PASSWD_ENTRY, REPO, process_uids, require, require_root, require_tools
+from tests.helpers import (
+    ACCOUNTS,
+    BADNAMES,
+    NO_PASSWD_ENTRY,
+    OWN_DEV_LOG_ENV,
+    REPO,
+    clear_stale_dev_log,
+    process_uids,
+    require,
+    require_root,
+    require_tools,
+)
 
 # pytest-salt-factories logs its whole configuration as a warning at start-up,
 # and salt's deferred handler prints it after the test summary.
@@ -53,6 +64,39 @@ def pytest_configure(config):
         # CI's log names the slowest tests: the whole .ci/run must stay well
         # under 90 minutes.
         config.option.durations = 25
+    own_dev_log(config)
+
+
+def own_dev_log(config):
+    """A machine that runs a syslog daemon of its own (a developer's VM, a
+    node) keeps it, and it gets none of the tests' lines: a run as root that
+    reaches tests/slurm, whose rsyslogd would own /dev/log, runs itself again
+    in a mount namespace of its own (mounts propagate into it, none out),
+    where tests/slurm's rsyslog binds its own socket over /dev/log
+    (tests.helpers.own_dev_log). A run on a machine with no syslog daemon
+    runs as it is."""
+    if os.environ.get(OWN_DEV_LOG_ENV) or os.geteuid() != 0 or not reaches(config, REPO / "tests/slurm"):
+        return
+    clear_stale_dev_log()
+    if not os.path.exists("/dev/log"):
+        return
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        capture.stop_global_capturing()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    env = {**os.environ, OWN_DEV_LOG_ENV: os.readlink("/proc/self/ns/mnt")}
+    os.execvpe("unshare", ["unshare", "--mount", "--propagation", "slave", sys.executable, *sys.orig_argv[1:]], env)
+
+
+def reaches(config, directory):
+    """True when the run's arguments name DIRECTORY, a path in it, or a
+    directory above it."""
+    for arg in config.args:
+        path = Path(config.invocation_params.dir, arg.split("::")[0]).resolve()
+        if path == directory or directory in path.parents or path in directory.parents:
+            return True
+    return False
 
 
 _PHASE = {"in": False}

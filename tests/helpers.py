@@ -367,6 +367,40 @@ def kill_pidfile(pidfile, sig=signal.SIGTERM):
         return None
 
 
+def clear_stale_dev_log():
+    """A syslog daemon that was killed (a run cut short, a crash) leaves its
+    /dev/log socket behind with nobody reading it. That socket is not another
+    daemon: a datagram to it is refused. Remove it so that ours can bind;
+    leave a live one (it is another daemon's) and anything not a socket."""
+    dev_log = Path("/dev/log")
+    if not dev_log.is_socket() or dev_log.is_symlink():
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(str(dev_log))
+        except ConnectionRefusedError:
+            dev_log.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+# Set, to the mount namespace the run started in, in a run that re-ran itself
+# in a mount namespace of its own (tests/conftest.py, own_dev_log).
+OWN_DEV_LOG_ENV = "EPILOG_TESTS_OWN_DEV_LOG"
+
+
+def own_dev_log():
+    """True in a run that re-ran itself in a mount namespace of its own
+    because a syslog daemon of the machine's reads /dev/log: there the
+    tests' rsyslogd's socket is bound over /dev/log (tests/slurm's
+    rsyslog), and the machine's daemon keeps its own and sees none of the
+    tests' lines. The namespace is checked, not only the variable: one set
+    in the machine's own namespace is not a licence to mount over its
+    /dev/log."""
+    started_in = os.environ.get(OWN_DEV_LOG_ENV)
+    return bool(started_in) and os.readlink("/proc/self/ns/mnt") != started_in
+
+
 def private_tmp_namespace(setup=""):
     """A process holding a private mount namespace whose /tmp is a fresh
     tmpfs with /tmp/.X11-unix root:root 1777 (as systemd-tmpfiles makes it).

@@ -15,7 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import HOST, Chain, kill_pidfile, require, require_root, require_tools, wait_for
+from tests.helpers import (
+    HOST,
+    Chain,
+    clear_stale_dev_log,
+    kill_pidfile,
+    own_dev_log,
+    require,
+    require_root,
+    require_tools,
+    wait_for,
+)
 
 # The Slurm releases the real-Slurm tests run against: Debian 12's 22.05, and
 # upstream 24.11 and 26.05 built by .ci/slurm-build (24.11 from the tarball
@@ -332,58 +342,80 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
 
 class Rsyslog:
+    """The tests' rsyslogd, writing every line it gets to SELF.out. It owns
+    /dev/log, or, in a run in a mount namespace of its own (a machine whose
+    own syslog daemon reads /dev/log: tests.helpers.own_dev_log), a socket
+    of its own that is bound over /dev/log in that namespace, where the
+    tests and every process they start (slurmd and the chain, sshd, su)
+    run."""
+
     def __init__(self, base):
         self.base = base
         self.conf = base / "rsyslog.conf"
         self.pidfile = base / "rsyslogd.pid"
         self.out = base / "syslog"
+        self.own_dev_log = own_dev_log()
+        self.socket = base / "log" if self.own_dev_log else Path("/dev/log")
+        self.bound = False
         self.conf.write_text(f"""\
-module(load="imuxsock" SysSock.Name="/dev/log")
+module(load="imuxsock" SysSock.Name="{self.socket}")
 global(workDirectory="{base}")
 *.* action(type="omfile" file="{self.out}")
 """)
 
     def start(self):
-        clear_stale_dev_log()
-        if Path("/dev/log").exists() and not Path("/dev/log").is_socket():
-            raise AssertionError("/dev/log exists and is not a socket")
+        if not self.own_dev_log:
+            clear_stale_dev_log()
+            if Path("/dev/log").exists() and not Path("/dev/log").is_socket():
+                raise AssertionError("/dev/log exists and is not a socket")
+        else:
+            self.socket.unlink(missing_ok=True)  # a stopped daemon's, never to be bound again
         subprocess.run(["/usr/sbin/rsyslogd", "-f", str(self.conf), "-i", str(self.pidfile)], check=True)
-        wait_for(lambda: Path("/dev/log").is_socket(), 10, what="rsyslogd to create /dev/log")
+        wait_for(self.socket.is_socket, 10, what=f"rsyslogd to create {self.socket}")
+        if self.own_dev_log:
+            # a restarted daemon's socket is a new one: bind it in the old one's place
+            self.unbind()
+            subprocess.run(["mount", "--bind", str(self.socket), "/dev/log"], check=True)
+            self.bound = True
+
+    def unbind(self):
+        if self.bound:
+            subprocess.run(["umount", "/dev/log"], check=True)
+            self.bound = False
 
     def stop(self):
+        """Stops the daemon. /dev/log is then gone, or, in a namespace of
+        the run's own, the stopped daemon's socket, which nobody reads."""
         stop_pidfile(self.pidfile)
-        Path("/dev/log").unlink(missing_ok=True)
+        if not self.own_dev_log:
+            Path("/dev/log").unlink(missing_ok=True)
 
     def text(self):
         return self.out.read_text() if self.out.exists() else ""
 
 
-def clear_stale_dev_log():
-    """A syslog daemon that was killed (a run cut short, a crash) leaves its
-    /dev/log socket behind with nobody reading it. That socket is not another
-    daemon: a datagram to it is refused. Remove it so that ours can bind;
-    leave a live one (it is another daemon's) and anything not a socket."""
-    dev_log = Path("/dev/log")
-    if not dev_log.is_socket() or dev_log.is_symlink():
-        return
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(str(dev_log))
-        except ConnectionRefusedError:
-            dev_log.unlink(missing_ok=True)
-        except OSError:
-            pass
-
-
 @pytest.fixture(scope="session")
 def rsyslog(tmp_path_factory):
     require_tools("/usr/sbin/rsyslogd")
-    clear_stale_dev_log()
-    require(not Path("/dev/log").exists(), "no other syslog daemon owning /dev/log")
+    if not own_dev_log():
+        clear_stale_dev_log()
+        require(not Path("/dev/log").exists(),
+                "no other syslog daemon owning /dev/log (as root, the run re-runs itself in a mount namespace of "
+                "its own when one does: tests/conftest.py)")
     r = Rsyslog(tmp_path_factory.mktemp("rsyslog"))
     r.start()
     yield r
     r.stop()
+    r.unbind()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def syslog_first(request):
+    """In a run in a mount namespace of its own, the tests' /dev/log is
+    bound before any process of the tier starts: a mount namespace made
+    before it (an sshd's, a slurmd's own) would keep the machine's."""
+    if own_dev_log():
+        request.getfixturevalue("rsyslog")
 
 
 class Sshd:

@@ -240,7 +240,8 @@ def test_the_log_is_renamed_to_dot_1_past_its_bound_and_a_new_one_begins(tmp_pat
     assert path.read_text().endswith(": new\n") and path.read_text().count("\n") == 1
 
 
-def test_the_log_is_never_opened_through_a_symlink_or_in_a_directory_another_account_writes(tmp_path):
+def test_the_log_is_never_opened_through_a_symlink_or_in_a_directory_another_account_writes(tmp_path, monkeypatch):
+    monkeypatch.setattr(logs, "SYSLOG", str(tmp_path / "no-such-socket"))
     target = tmp_path / "target"
     target.write_text("keep\n")
     (tmp_path / "epilog.log").symlink_to(target)
