@@ -172,7 +172,7 @@ def test_squeues_slurm_conf_directory_is_judged_on_descriptors_in_its_root(tmp_p
     assert judged("/usr") and judged(f"/proc/{pid}/root/usr") and judged(f"/proc/{pid}/root")
     assert not node("system").Trust().root_only(f"/proc/{pid}/root/usr")  # the link, judged as a path
     assert not judged(str(open_dir)) and not judged(f"/proc/{pid}/root{open_dir}")
-    assert judged(str(tmp_path / "none")) and judged("/nonexistent-epilog/a/b")
+    assert judged("/nonexistent-epilog/a/b")  # not there, under / (root's alone)
     # not there, where another account could make it (or turn a dangling
     # symlink into a directory of its own) before squeue reads it: refused
     (open_dir / "dangling").symlink_to(tmp_path / "nowhere")
