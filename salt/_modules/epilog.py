@@ -12,14 +12,9 @@ laid down on a node: changing it changes no release.
 
 import importlib
 import importlib.util
-import json
 import os
 import re
-import socket
-import stat
-import subprocess
 import sys
-import time
 
 from salt.exceptions import CommandExecutionError
 
@@ -31,7 +26,7 @@ PACKAGE_MODULES = ("system", "log", "guard", "evidence", "record", "sweep", "par
 PACKAGE_LATER = ("pam", "ipc", "roots")
 # the Salt side's rooms, beside this file and in no release (epilog_front/__init__.py)
 FRONT = "epilog_front"
-FRONT_ROOMS = ("common", "slurmconf", "slurmd", "pampolicy", "releases", "checks")
+FRONT_ROOMS = ("common", "slurmconf", "slurmd", "pampolicy", "releases", "checks", "between", "support")
 
 
 def _load_package(directory, name, modules=PACKAGE_MODULES, later=PACKAGE_LATER, given=None):
@@ -80,7 +75,7 @@ def _synced():
         node = _load_package(directory, "_epilog_node_synced")
         directory = os.path.join(here, FRONT)
         front = _load_package(directory, "_epilog_front_synced", FRONT_ROOMS, (),
-                              {"NODE": node, "GRAINS_HOST": _grains_host})
+                              {"NODE": node, "PACKAGE": PACKAGE, "GRAINS_HOST": _grains_host})
         return node, front, None
     except Exception as exc:  # noqa: BLE001 - whatever it is, the loader gets a reason, not a traceback
         return None, None, f"cannot load {directory} ({type(exc).__name__}: {exc}): run saltutil.sync_modules"
@@ -90,12 +85,14 @@ _node, _front, _NODE_MISSING = _synced()
 if _node is not None:
     _trust = _node.system.Trust
     _bound_socket_files = _node.sweep.bound_socket_files
-    common, slurmconf, slurmd, pampolicy, releases, checks = (getattr(_front, room) for room in FRONT_ROOMS)
+    common, slurmconf, slurmd, pampolicy, releases, checks, between, support = (
+        getattr(_front, room) for room in FRONT_ROOMS)
 
 
 def _given():
     """What the rooms are given of Salt for this call (epilog_front.Salt)."""
-    return _front.Salt(__salt__, __opts__, settings=_settings, chain_wired=chain_wired)  # noqa: F821 - Salt dunders
+    return _front.Salt(__salt__, __opts__, grains=__grains__, config=_config, settings=_settings,  # noqa: F821
+                       recovery_settings=_recovery_settings, chain_wired=chain_wired, release_program=_release_program)
 
 
 def _release_program(chain, current):
@@ -216,37 +213,10 @@ def _config(validate=True):
     return {**rendered["settings"], **family}, rendered["rules"], rendered["layout"]
 
 
-class _Chain:
-    """Where layout.yaml puts the chain under CONFDIR (the releases, the
-    current one, the release tool, the site's part directories) and what a
-    release holds (the runners, localusers): the module spells none of these
-    names itself."""
-
-    def __init__(self, confdir, layout):
-        releases = layout["releases"]
-        self.confdir = confdir
-        self.releases = os.path.join(confdir, releases["dir"])
-        self.current = os.path.join(self.releases, releases["current"])
-        self.tool = os.path.join(self.releases, releases["tool"]["path"])
-        self.tool_source = f"salt://_modules/{releases['tool']['module']}"
-        self.localusers = next(f["path"] for f in layout["release_data"] if f["id"] == "localusers-backup")
-        self.allow_lock = os.path.join(confdir, next(f["path"] for f in layout["data"]
-                                                     if f["id"] == "config-ssh-allow-lock"))
-        scripts = {script["id"]: script["path"] for script in layout["scripts"]}
-        # the entry points' paths in a release: Python that /usr/bin/python3 runs
-        self.scripts = set(scripts.values())
-        # stage: the runner's path in a release, which is also its entry's name
-        self.runners = {stage: scripts[f"runner-{stage}"] for stage in ("epilog", "prolog")}
-        self.site_dirs = list(layout["directories"])
-        # stage: the directory of its parts, in a release and beside it
-        self.parts_dirs = {script["stage"]: os.path.dirname(script["path"]) for script in layout["scripts"]
-                           if os.path.dirname(script["path"])}
-
-
 def _settings():
     """(settings, chain): the validated settings and where their chain is."""
     settings, _, layout = _config()
-    return settings, _Chain(settings["slurm_config_dir"], layout)
+    return settings, common._Chain(settings["slurm_config_dir"], layout)
 
 
 def _recovery_settings():
@@ -257,7 +227,7 @@ def _recovery_settings():
     if not isinstance(confdir, str) or not re.match(rules["path"], confdir) or re.search(rules["path_dots"], confdir):
         raise CommandExecutionError(f"epilog:slurm_config_dir ({confdir!r}) must be an absolute path of letters, "
                                     "digits and . _ + @ - without . or .. components")
-    return settings, _Chain(confdir, layout)
+    return settings, common._Chain(confdir, layout)
 
 
 def sweep(test=None, job=None, user=None, budget=None, remove_ipc=False, **kwargs):
@@ -323,124 +293,7 @@ def sweep(test=None, job=None, user=None, budget=None, remove_ipc=False, **kwarg
         salt '*' epilog.sweep job=1234 user=alice
         salt '*' epilog.sweep remove_ipc=True
     """
-    source = _source(kwargs)
-    if test is None:
-        test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
-    if not isinstance(remove_ipc, bool):
-        raise CommandExecutionError(f"remove_ipc must be True or False, got {remove_ipc!r}")
-    settings, rules, layout = _config()
-    if budget is not None:
-        seconds = rules["seconds"]
-        # The pillar's rule for sweep_budget, from rules.yaml: a whole number
-        # in its range (True is no number of seconds).
-        whole = int(budget) if isinstance(budget, str) and re.fullmatch(r"[0-9]{1,9}", budget) else budget
-        if isinstance(whole, bool) or not isinstance(whole, int) or not seconds["min"] <= whole <= seconds["max"]:
-            raise CommandExecutionError(f"budget ({budget!r}) must be a whole number of seconds from "
-                                        f"{seconds['min']} to {seconds['max']}")
-        budget = whole
-    uid = None
-    if user is not None:
-        import pwd  # pylint: disable=import-outside-toplevel
-        try:
-            uid = pwd.getpwnam(str(user)).pw_uid
-        except KeyError as exc:
-            raise CommandExecutionError(f"no account {user!r} on this node") from exc
-    log = _node.log.Log(settings["log_file"], _trust(), job=job, user=user, source="epilog.sweep",
-                        max_bytes=settings.get("log_max_kb", 1024) * 1024)
-    # Between jobs, an owner's entries wait while a job end or prolog of
-    # theirs holds their lock (in a run directory only root can write).
-    locks = settings["run_dir"] if common._root_only(settings["run_dir"]) else None
-    start = time.time()
-    held, brake, off = _held_back(settings, "45-stale-x-display")
-    try:
-        if brake and brake.state == "ignored" and not test:
-            log.warning(f"stop file {brake.why}")
-        report = _node.sweep.run_sweep(
-            test=test, job=job, patterns=settings["scratch_patterns"],
-            budget=settings["sweep_budget"] if budget is None else budget, log=log.line, uid=uid, locks=locks,
-            would=bool(held) and not test,
-        )
-    except _node.sweep.SweepError as exc:
-        raise CommandExecutionError(str(exc)) from exc
-    finally:
-        log.close()
-    report["mode"] = settings.get("mode", "enforce")
-    if held:
-        report["held_back"] = "; ".join(held)
-    report["ipc"], ipc_fact, ipc_held = _between_jobs_ipc(settings, _Chain(settings["slurm_config_dir"], layout), test,
-                                                          remove_ipc, source)
-    if not test:
-        facts = {"sweep": _node.sweep.fact(report)}
-        if ipc_fact:
-            facts["ipc"] = ipc_fact
-        _between_jobs_record(settings, "sweep", start, source, parts=[_node.record.part_ran(
-            "epilog.sweep", 0, report.get("elapsed_ms", 0), facts)],
-            stopped=brake.path if brake and brake.state == "on" else ipc_held.get("stopped"),
-            stop_ignored=brake.why if brake and brake.state == "ignored" else ipc_held.get("stop_ignored"),
-            off=sorted({*off, *ipc_held.get("off", ())}))
-    return report
-
-
-def _held_back(settings, part):
-    """Why a look between jobs does not do PART's act now: ([reasons], the
-    brake (parts.brake: None, on or ignored), [the parts turned off]):
-    observe mode, the brake, the part turned off (epilog:parts)."""
-    brake = _node.parts.brake(settings.get("stop_file"), _trust())
-    off = _node.parts.not_run(part, settings)
-    held = [why for why in (brake.why if brake and brake.state == "on" else None, off and off.why,
-                            "observe mode (epilog:mode): decided and recorded, not done"
-                            if _node.parts.observing(settings) else None) if why]
-    return held, brake, [part] if off and (settings.get("parts") or {}).get(part) is False else []
-
-
-def _between_jobs_ipc(settings, chain, test, remove, source):
-    """The sweep's look at System V IPC: (what the current release's strays
-    program says of the accounts that hold objects and have no job here,
-    the objects it removed as a record fact or None). Nothing to look at
-    (no object but root's and the system accounts') costs no program; a
-    look that cannot be made says why, and the sweep goes on."""
-    if not settings.get("ipc_cleanup", True):
-        return "epilog:ipc_cleanup is off: IPC objects are neither looked at nor removed", None, {}
-    defs = _node.system.login_defs()
-    if all(_node.guard.system_uid(uid, defs) for uid in _node.ipc.holders()):
-        return {"users": [], "counts": {"users": 0, "objects": 0, "bytes": 0, "removed": 0, "bytes_removed": 0,
-                                        "would_remove": 0, "bytes_would_remove": 0}}, None, {}
-    try:
-        found = _strays_program(settings, chain, {"kill": remove, "test": test, "source": source, "ipc_only": True})
-    except CommandExecutionError as exc:
-        return f"not looked at: {exc}", None, {}
-    users = [{key: user[key] for key in ("user", "uid", "answer", "why", "ipc", "kill") if key in user}
-             for user in found.get("users", []) if user.get("answer") in ("stray", "unknown")]
-    for user in users:
-        if isinstance(user.get("kill"), dict):
-            user["removed"] = user.pop("kill").get("ipc")
-        user.pop("kill", None)
-    counts = found.get("counts", {})
-    fact = found.get("ipc_fact") if remove and not test else None
-    out = {"users": users, "counts": {"users": counts.get("ipc_users", 0), "objects": counts.get("ipc_objects", 0),
-                                      "bytes": counts.get("ipc_bytes", 0), "removed": counts.get("ipc_removed", 0),
-                                      "bytes_removed": counts.get("ipc_bytes_removed", 0),
-                                      "would_remove": counts.get("ipc_would_remove", 0),
-                                      "bytes_would_remove": counts.get("ipc_bytes_would_remove", 0)}}
-    # what held the removal back (the release's strays program says)
-    held = {key: found[key] for key in ("stopped", "stop_ignored", "off") if found.get(key)} if remove else {}
-    why = ([f"stopped by {held['stopped']}"] if held.get("stopped") else []) \
-        + [f"off: epilog:parts:{name} is false" for name in held.get("off", ())] \
-        + (["observe mode (epilog:mode): decided and recorded, not done"] if remove and found.get("mode") == "observe"
-           else [])
-    if why:
-        out["held_back"] = "; ".join(why)
-    return out, fact, held
-
-
-def _source(kwargs):
-    """schedule when the minion's scheduler runs the function (it passes the
-    entry's name as __pub_schedule), else call. An argument of the caller's
-    that the function does not take (a typo of test=) is refused."""
-    unknown = sorted(key for key in kwargs if not str(key).startswith("__pub_"))
-    if unknown:
-        raise CommandExecutionError(f"unknown argument(s): {', '.join(map(str, unknown))}")
-    return "schedule" if kwargs.get("__pub_schedule") else "call"
+    return between.sweep(_given(), test, job, user, budget, remove_ipc, **kwargs)
 
 
 def schedule_held():
@@ -458,29 +311,7 @@ def schedule_held():
 
         salt-call epilog.schedule_held
     """
-    held = dict(__opts__.get("schedule") or {})  # noqa: F821 - a Salt dunder
-    saved = __salt__["schedule.list"](show_all=True, return_yaml=False, offline=True)  # noqa: F821
-    if isinstance(saved, dict):
-        held.update(saved)
-    entries = sorted(name for name, function in common.SCHEDULE_ENTRIES.items()
-                     if isinstance(held.get(name), dict) and held[name].get("function") == function)
-    return {"entries": entries}
-
-
-def _between_jobs_record(settings, stage, start, source, parts, stopped=None, stop_ignored=None, off=()):
-    """The record of a sweep run between jobs, in the job ends' record file
-    (and its counters in the metrics), for epilog.report: its mode, and
-    what held its acts back (the brake's STOPPED file, the parts turned
-    OFF; STOP_IGNORED: a stop file that was ignored)."""
-    record = _node.record
-    rec = record.build(stage, __grains__.get("host", socket.gethostname().split(".")[0]),  # noqa: F821
-                       None, None, None, None, start, (time.time() - start) * 1000, None, None,
-                       1 if stop_ignored else 0, parts, mode=settings.get("mode", "enforce"), stopped=stopped,
-                       stop_ignored=stop_ignored, off=off)
-    rec["source"] = source
-    record.write(_trust(), settings["record_file"], settings["record_max_kb"] * 1024, rec)
-    if settings.get("metrics_file"):
-        record.update_metrics(_trust(), settings["metrics_file"], rec)
+    return between.schedule_held(_given())
 
 
 def chain_wired(slurm_config_dir=None):
@@ -595,70 +426,7 @@ def pam_file(manage=None):
 
         salt 'slurm-work-01' epilog.pam_file
     """
-    settings, rules, _ = _config()
-    pam = _node.pam
-    service = os.path.join(pam.PAM_DIR, "sshd")
-    manage = settings["pam_manage"] if manage is None else bool(manage)
-    if os.path.islink(service):
-        if not manage:
-            return None
-        raise CommandExecutionError(f"{service} is a symlink: the formula writes only a file of its own there; "
-                                    "replace the link with the file it names, or leave epilog:pam_manage off")
-    try:
-        text = pam._read(service)  # pylint: disable=protected-access
-    except FileNotFoundError:
-        if not manage:
-            return None
-        raise CommandExecutionError(f"epilog:pam_manage is on, but {service} is missing (is openssh-server "
-                                    "installed?): no account lines laid down") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        if not manage:
-            return None
-        raise CommandExecutionError(f"{service} cannot be read: {exc}") from None
-    if not manage and pam.BEGIN not in text and pam.END not in text:
-        return text  # none of the formula's lines: nothing to take out
-    if any(not (char.isprintable() or char in "\t\n") for char in text):
-        raise CommandExecutionError(f"{service} holds a control or unprintable character: the formula would not "
-                                    "write it back as it is; edit the file by hand first")
-    access, allow = settings["ssh_access"], settings["ssh_allow_file"]
-    try:
-        if not manage:
-            return pam.unplace(text)
-        operators = settings["pam_operators_file"]
-        pampolicy._check_operators_file(operators, rules)
-        if not pampolicy._pam_module_found("pam_listfile.so"):
-            raise CommandExecutionError("pam_listfile.so is not on this node (libpam-modules, pam on RHEL): a "
-                                        "required PAM module that is missing denies every login, root's too")
-        if access == "adopt":
-            module = settings["pam_adopt_module"]
-            # /lib is a symlink to usr/lib on merged-/usr systems: judged where it leads
-            real = os.path.realpath(module)
-            if not (common._root_only(os.path.dirname(real)) and common._root_file(real)):
-                raise CommandExecutionError(
-                    f"epilog:pam_adopt_module ({module!r}) is not a file of root's that only root can write: a "
-                    "required PAM module that is missing denies every login, root's too (install pam_slurm_adopt: "
-                    "libpam-slurm-adopt on Debian, slurm-pam_slurm on RHEL)")
-            new = pam.place(text, pam.block(operators, adopt_module=module))
-        else:
-            new = pam.place(text, pam.block(operators, allow_file=allow))
-    except pam.PlaceError as exc:
-        raise CommandExecutionError(f"{service}: {exc}") from None
-    lines, problems = pam.account_stack("sshd", text=new)
-    listed = pampolicy._pam_operators(settings["localusers"])
-    judged, _ = pam.judge(lines, access, allow, settings["localusers"], lists={operators: listed})
-    if access == "adopt":
-        own = pam.LISTFILE, operators
-        judged += [f"{line!r}, before pam_slurm_adopt, admits whom it accepts without adopting them into a job (on "
-                   "a stack with pam_localuser, every local account): remove it, or leave epilog:pam_manage off"
-                   for line in pam.bypasses(lines) if (line.module, line.arg("file")) != own]
-    else:
-        shut = pam.refused(lines, listed, lists={operators: listed})
-        judged += [f"{line!r} would refuse {name}, a listed operator (or root), before the operators' list admits "
-                   "them: take that line out, or leave epilog:pam_manage off" for name, line in sorted(shut.items())]
-    if problems or judged:
-        raise CommandExecutionError(f"{service} with the formula's lines would have problems, so it is left as it "
-                                    "is: " + "; ".join(problems + judged))
-    return new
+    return pampolicy.pam_file(_given(), manage)
 
 
 def pam_clean():
@@ -681,54 +449,7 @@ def pam_clean():
 
         salt 'slurm-work-01' epilog.pam_clean
     """
-    settings, rules, _ = _config()
-    pam = _node.pam
-    service = os.path.join(pam.PAM_DIR, "sshd")
-    try:
-        text = pam._read(service)  # pylint: disable=protected-access
-    except (OSError, UnicodeDecodeError):
-        text = None
-    marked = text is not None and not os.path.islink(service) and (pam.BEGIN in text or pam.END in text)
-    sshd = pam_file(manage=False) if marked else None
-    named = []
-    if marked:
-        block = text.split(pam.BEGIN, 1)[-1].split(pam.END, 1)[0]
-        named = [line.arg("file") for line in pam.account_stack("sshd", text=block)[0] if line.module == pam.LISTFILE
-                 and line.arg("file") and line.arg("file") != settings["ssh_allow_file"]]
-    wanted = pampolicy._pam_operators(settings["localusers"])
-    chars = re.compile("[" + rules["account_chars"] + "]+")
-    removed, kept = [], []
-    for path in dict.fromkeys([settings["pam_operators_file"], *named]):
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != 0:
-            kept.append(f"{path} is not a regular file of root's: not the formula's list, left alone")
-            continue
-        try:
-            names = pam._read(path).splitlines()  # pylint: disable=protected-access
-        except (OSError, UnicodeDecodeError) as exc:
-            kept.append(f"{path} cannot be read ({exc}): left alone")
-            continue
-        ours = names == wanted or (path in named and names[:1] == ["root"]
-                                   and all(chars.fullmatch(name) for name in names))
-        if not ours:
-            kept.append(f"{path} does not hold what epilog.pam lays down ({', '.join(wanted)}): the site's, left "
-                        "alone")
-            continue
-        users = pampolicy._pam_files_naming(path, sshd)
-        if users:
-            kept.append(f"{path} is named by {', '.join(users)} outside the formula's lines: left alone")
-            continue
-        # as file.managed's backup: minion names its copies (file.list_backups reads these names)
-        now = time.time()
-        stamp = time.strftime("%a_%b_%d_%H:%M:%S_", time.localtime(now)) + f"{int(now * 1000000) % 1000000:06d}_" \
-            + time.strftime("%Y", time.localtime(now))
-        backup = os.path.join(__opts__["cachedir"], "file_backup",  # noqa: F821 - a Salt dunder
-                              os.path.dirname(path).lstrip("/"), f"{os.path.basename(path)}_{stamp}")
-        removed.append({"path": path, "backup": backup})
-    return {"sshd": sshd, "operators_files": removed, "kept": kept}
+    return pampolicy.pam_clean(_given())
 
 
 def rollback(test=None, checkpoint=None):
@@ -769,19 +490,7 @@ def rollback(test=None, checkpoint=None):
         salt -b 1 'slurm-work-*' epilog.rollback
         salt 'slurm-work-*' epilog.rollback checkpoint=rollout-20261201T1000-1a2b3c
     """
-    if test is None:
-        test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
-    _, chain = _recovery_settings()
-    args = ["--test"] if test else []
-    if checkpoint is not None:
-        if not isinstance(checkpoint, str):
-            raise CommandExecutionError(f"checkpoint name {checkpoint!r} is not a string; start it with a letter")
-        args.append(f"--to-checkpoint={checkpoint}")
-    report = releases._release_tool_knowing(_given(), chain, "rollback", *args)
-    if report is None:
-        return {"result": False, "test": bool(test), "switched": False, "release": None, "to": None,
-                "comment": f"no releases under {chain.releases}: nothing to roll back"}
-    return report
+    return releases.rollback(_given(), test, checkpoint)
 
 
 def checkpoint(name, test=None):
@@ -808,19 +517,7 @@ def checkpoint(name, test=None):
 
         salt 'slurm-work-*' epilog.checkpoint before-upgrade
     """
-    if test is None:
-        test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
-    if not isinstance(name, str):
-        # the CLI reads 0123 as 123, 12:30 as 750, null as None: quote it
-        raise CommandExecutionError(f"checkpoint name {name!r} is not a string; start it with a letter")
-    _, chain = _recovery_settings()
-    args = ["checkpoint", *(["--test"] if test else []), "--", name]
-    report = releases._release_tool_knowing(_given(), chain, *args)
-    if report is None:
-        return {"result": True, "test": bool(test), "checkpoint": str(name), "release": None, "recorded": False,
-                "comment": f"no releases under {chain.releases} yet: nothing to "
-                           "record (a rollback to this checkpoint has nothing to go back to)"}
-    return report
+    return releases.checkpoint(_given(), name, test)
 
 
 def strays(kill=False, test=None, **kwargs):
@@ -865,43 +562,7 @@ def strays(kill=False, test=None, **kwargs):
         salt 'slurm-work-17' epilog.strays kill=True test=True
         salt 'slurm-work-17' epilog.strays kill=True
     """
-    source = _source(kwargs)
-    if test is None:
-        test = __opts__.get("test", False)  # noqa: F821 - a Salt dunder
-    for name, value in (("kill", kill), ("test", test)):
-        if not isinstance(value, bool):
-            raise CommandExecutionError(f"{name} must be True or False, got {value!r}")
-    settings, chain = _settings()
-    return _strays_program(settings, chain, {"kill": kill, "test": test, "source": source})
-
-
-def _strays_program(settings, chain, args):
-    """The report of the current release's strays program (ARGS: kill,
-    test, source, ipc_only), run as its job ends run it."""
-    release_dir, current = releases._current_release(chain)
-    if not os.path.isfile(os.path.join(release_dir, PACKAGE, "strays.py")):
-        raise CommandExecutionError(f"release {current} has no epilog.strays: state.apply epilog first")
-    view, slurmd_pid = slurmd._slurmd_view(settings)
-    args = dict(args, slurmd_pid=slurmd_pid, env=view)
-    # The release's own node program, in the chain's interpreter, in a
-    # process of its own: the kill changes its uids, never the minion's.
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from epilog_node import strays; "
-            "sys.exit(strays.main(sys.argv[1:]))")
-    try:
-        proc = subprocess.run([releases.PYTHON, "-ISB", "-c", code, release_dir, json.dumps(args)], stdin=subprocess.DEVNULL,
-                              capture_output=True, timeout=settings["chain_timeout"] + 30, check=False,
-                              env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise CommandExecutionError(f"release {current} could not look for strays: {exc}") from exc
-    try:
-        report = json.loads(proc.stdout.decode("utf-8", "replace")) if proc.returncode == 0 else None
-    except ValueError:
-        report = None
-    if not isinstance(report, dict):
-        tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
-        raise CommandExecutionError(f"release {current} could not look for strays (exit {proc.returncode}): "
-                                    + " / ".join(tail))
-    return report
+    return between.strays(_given(), kill, test, **kwargs)
 
 
 def explain(user, job=None):
@@ -928,83 +589,7 @@ def explain(user, job=None):
         salt 'slurm-work-01' epilog.explain user=je.kim
         salt 'slurm-work-01' epilog.explain user=je.kim job=4711
     """
-    import pwd  # pylint: disable=import-outside-toplevel
-    if not isinstance(user, str) or not user:
-        # Salt reads user=no as False and user=123 as a number: a name is a string.
-        raise CommandExecutionError(f"user must be an account name, and Salt read this one as {user!r}: quote a "
-                                    "name such as no, on or 123 twice, as in user='\"no\"'")
-    if "\0" in user:
-        raise CommandExecutionError(f"user must be an account name, got {user!r}: a NUL byte is in none")
-    settings, chain = _settings()
-    if job is not None and not re.fullmatch(r"[1-9][0-9]{0,9}", str(job)):
-        raise CommandExecutionError(f"job must be a numeric Slurm job id, got {job!r}")
-    release_dir, current = releases._current_release(chain)
-    program = _release_program(chain, current)
-    try:
-        uid = pwd.getpwnam(user).pw_uid
-    except (KeyError, ValueError):
-        uid = None
-    # What slurmd would give the job end: its own node name and slurm.conf
-    # (a configless node's cache when it was started with neither).
-    view, slurmd_pid = slurmd._slurmd_view(settings)
-    env = {"PATH": program.system.PATH, "SLURM_JOB_USER": user, "SLURM_JOB_UID": "" if uid is None else str(uid),
-           "SLURM_JOB_ID": "" if job is None else str(job), **view}
-    try:
-        decided = program.runner.explain(release_dir, env, slurmd_pid=slurmd_pid)
-    except Exception as exc:
-        raise CommandExecutionError(f"release {current} could not explain: {type(exc).__name__}: {exc}") from exc
-    other, verdict = decided["other"], decided["guard"]
-    acts = {name: text.format(user=user, uid=uid, allow=settings["ssh_allow_file"]) for name, text in releases._ACTS.items()}
-    # the release's mode (a release made before epilog:mode acts)
-    mode = decided.get("mode", "enforce")
-    parts = {}
-    for name, (kind, detail) in decided["parts"].items():
-        if kind == "run" and name in acts and mode == "observe":
-            parts[name] = f"would act (observe mode, epilog:mode: decided and recorded, not done): {acts[name]}"
-        elif kind == "run":
-            parts[name] = f"acts: {acts[name]}" if name in acts else "runs (a site part: what it does is its own)"
-        elif kind == "guard":
-            parts[name] = f"does nothing: {detail}"
-        elif kind == "stopped":
-            parts[name] = f"{detail} (the brake: rm the file to release it); it would otherwise run"
-        else:
-            parts[name] = f"skipped: {detail}"
-    brake = program.parts.brake(decided.get("stop_file"), _trust()) if hasattr(program.parts, "brake") else None
-    report = {
-        "user": user, "uid": uid, "job": job, "release": current, "mode": mode,
-        "brake": "off" if brake is None else f"on: {brake.why}" if brake.state == "on" else f"ignored: {brake.why}",
-        "localusers": {"answer": verdict.listed if verdict else None,
-                       "file": os.path.join(release_dir, chain.localusers), "why": verdict.why if verdict else ""},
-        "system_account": bool(verdict and verdict.system),
-        "other_jobs": {"answer": other.answer, "why": other.why},
-        "parts": parts,
-        "decisions": [f"{level}: {text}" for level, text in decided["lines"]],
-        # the slurm.conf the explained job end reads: the running slurmd's
-        "slurm_conf": {"file": view.get("SLURM_CONF") and common._shown(view["SLURM_CONF"]), "slurmd": slurmd_pid or None},
-    }
-    report["ssh_sessions"] = pampolicy._ssh_sessions(settings, user, verdict)
-    if uid is not None and settings.get("ipc_cleanup", True):
-        # what part 42 would do with their System V IPC objects, if it acts
-        objects = {"remove": {}, "bytes": 0, "keep": {}}
-        localusers = os.path.join(release_dir, chain.localusers)
-        own = getattr(program, "ipc", None)
-        # a release before the creator rule judges with the owners it spares
-        spared = (program.parts.spared_uids(localusers),) if hasattr(program.parts, "spared_uids") else ()
-        judged = own.judge_all(uid, *spared, deadline=time.monotonic() + 10)[0] if own else ()
-        for item in judged:
-            if item.action == "remove":
-                objects["remove"][item.kind] = objects["remove"].get(item.kind, 0) + 1
-                objects["bytes"] += item.bytes
-            else:
-                objects["keep"][item.reason] = objects["keep"].get(item.reason, 0) + 1
-        report["ipc"] = objects if own else f"release {current} removes no System V IPC objects"
-    if uid is None:
-        report["account"] = f"no account {user!r} on this node: explained as a job end whose user does not resolve"
-    records, _ = _node.record.read(settings["record_file"])
-    last = [rec for rec in records if rec.get("stage") == "epilog" and rec.get("user") == user]
-    report["last_job_end"] = _node.record.what_was_done(last[-1]) if last else \
-        f"no job end of {user!r} recorded on this node (in {settings['record_file']} and its .1)"
-    return report
+    return support.explain(_given(), user, job)
 
 
 def report(since=None, user=None, job=None):
@@ -1050,19 +635,4 @@ def report(since=None, user=None, job=None):
         salt 'slurm-work-17' epilog.report since=12h user=je.kim
         salt 'slurm-work-17' epilog.report job=4711
     """
-    settings, _ = _settings()
-    try:
-        start = None if since is None else _node.record.epoch(since, time.time())
-    except _node.record.RecordError as exc:
-        raise CommandExecutionError(str(exc)) from None
-    if user is not None and (not isinstance(user, str) or not user):
-        raise CommandExecutionError(f"user must be an account name, and Salt read this one as {user!r}: quote a "
-                                    "name such as no, on or 123 twice, as in user='\"no\"'")
-    if job is not None and not re.fullmatch(r"[1-9][0-9]{0,9}", str(job)):
-        raise CommandExecutionError(f"job must be a numeric Slurm job id, got {job!r}")
-    records, problems = _node.record.read(settings["record_file"])
-    chosen = _node.record.choose(records, start, user, job)
-    if job is not None:
-        return {"job": int(job), "records": chosen, "problems": problems,
-                "what_was_done": [_node.record.what_was_done(rec) for rec in chosen if rec.get("stage") == "epilog"]}
-    return {**_node.record.summary(chosen, start), "problems": problems}
+    return support.report(_given(), since, user, job)

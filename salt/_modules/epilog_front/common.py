@@ -162,3 +162,30 @@ def _readlink(path):
 
 # the minion's schedule entries epilog.schedule lays down: their functions
 SCHEDULE_ENTRIES = {"epilog-sweep": "epilog.sweep", "epilog-strays": "epilog.strays"}
+
+
+class _Chain:
+    """Where layout.yaml puts the chain under CONFDIR (the releases, the
+    current one, the release tool, the site's part directories) and what a
+    release holds (the runners, localusers): the module spells none of these
+    names itself."""
+
+    def __init__(self, confdir, layout):
+        releases = layout["releases"]
+        self.confdir = confdir
+        self.releases = os.path.join(confdir, releases["dir"])
+        self.current = os.path.join(self.releases, releases["current"])
+        self.tool = os.path.join(self.releases, releases["tool"]["path"])
+        self.tool_source = f"salt://_modules/{releases['tool']['module']}"
+        self.localusers = next(f["path"] for f in layout["release_data"] if f["id"] == "localusers-backup")
+        self.allow_lock = os.path.join(confdir, next(f["path"] for f in layout["data"]
+                                                     if f["id"] == "config-ssh-allow-lock"))
+        scripts = {script["id"]: script["path"] for script in layout["scripts"]}
+        # the entry points' paths in a release: Python that /usr/bin/python3 runs
+        self.scripts = set(scripts.values())
+        # stage: the runner's path in a release, which is also its entry's name
+        self.runners = {stage: scripts[f"runner-{stage}"] for stage in ("epilog", "prolog")}
+        self.site_dirs = list(layout["directories"])
+        # stage: the directory of its parts, in a release and beside it
+        self.parts_dirs = {script["stage"]: os.path.dirname(script["path"]) for script in layout["scripts"]
+                           if os.path.dirname(script["path"])}

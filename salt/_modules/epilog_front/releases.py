@@ -70,3 +70,37 @@ def _current_release(chain):
         raise CommandExecutionError(f"{release_dir} is not a directory only root can write: not run "
                                     "(epilog.verify says more)")
     return release_dir, current
+
+
+def rollback(salt, test=None, checkpoint=None):
+    """epilog.rollback's work (its docstring in epilog.py)."""
+    if test is None:
+        test = salt.opts.get("test", False)
+    _, chain = salt.recovery_settings()
+    args = ["--test"] if test else []
+    if checkpoint is not None:
+        if not isinstance(checkpoint, str):
+            raise CommandExecutionError(f"checkpoint name {checkpoint!r} is not a string; start it with a letter")
+        args.append(f"--to-checkpoint={checkpoint}")
+    report = _release_tool_knowing(salt, chain, "rollback", *args)
+    if report is None:
+        return {"result": False, "test": bool(test), "switched": False, "release": None, "to": None,
+                "comment": f"no releases under {chain.releases}: nothing to roll back"}
+    return report
+
+
+def checkpoint(salt, name, test=None):
+    """epilog.checkpoint's work (its docstring in epilog.py)."""
+    if test is None:
+        test = salt.opts.get("test", False)
+    if not isinstance(name, str):
+        # the CLI reads 0123 as 123, 12:30 as 750, null as None: quote it
+        raise CommandExecutionError(f"checkpoint name {name!r} is not a string; start it with a letter")
+    _, chain = salt.recovery_settings()
+    args = ["checkpoint", *(["--test"] if test else []), "--", name]
+    report = _release_tool_knowing(salt, chain, *args)
+    if report is None:
+        return {"result": True, "test": bool(test), "checkpoint": str(name), "release": None, "recorded": False,
+                "comment": f"no releases under {chain.releases} yet: nothing to "
+                           "record (a rollback to this checkpoint has nothing to go back to)"}
+    return report
