@@ -1,15 +1,23 @@
 """
-The epilog formula's execution module: ``epilog.sweep``, ``verify``,
-``rollback``, ``checkpoint``, ``explain``, ``report`` and ``chain_wired``.
+The epilog formula's execution module: ``epilog.sweep``, ``strays``,
+``schedule_held``, ``verify``, ``chain_wired``, ``pam_file``, ``pam_clean``,
+``rollback``, ``checkpoint``, ``explain``, ``report`` and the slurm.conf
+readers (``parse_slurm_conf``, ``conf_trust``, ``prolog_flags``,
+``slurmd_argv``, ``slurmd_resolves``).
 
-The node program (``epilog_node/`` beside this file, synced with it from
-``_modules/``) is what every release holds and every job end runs; this
-module loads the synced copy for ``epilog.sweep`` (its sweep) and
-``epilog.report`` (its record reader), and the current release's own copy
-for ``epilog.explain`` (its runner, in a dry run). Nothing in this file is
-laid down on a node: changing it changes no release.
+This file is the thin front Salt loads: each public function is its
+docstring, its arguments and one call into the room that does the work,
+in ``epilog_front/`` beside this file (its __init__.py says which room holds
+what). The front loads two packages synced with it from ``_modules/``, the
+same way (_load_package): the node program (``epilog_node/``), which every
+release holds and every job end runs, and the Salt side's rooms
+(``epilog_front/``), which no release holds. It gives the rooms what they
+need of Salt (_given: its functions, opts and grains, the pillar's
+settings); no room reads a Salt dunder. ``epilog.explain`` loads the
+current release's own node program instead (its runner, in a dry run).
+Nothing in this file or the rooms is laid down on a node: changing them
+changes no release.
 """
-
 import importlib
 import importlib.util
 import os
@@ -84,7 +92,6 @@ def _synced():
 _node, _front, _NODE_MISSING = _synced()
 if _node is not None:
     _trust = _node.system.Trust
-    _bound_socket_files = _node.sweep.bound_socket_files
     common, slurmconf, slurmd, pampolicy, releases, checks, between, support = (
         getattr(_front, room) for room in FRONT_ROOMS)
 
