@@ -211,6 +211,18 @@ def _conf_problems(settings, chain, conf, found, node):
     return problems, warnings
 
 
+class _Looked:
+    """What one verify gathers and says: its SETTINGS and CHAIN, what it is
+    given of Salt, the release tool's status (RELEASE), the state's preview
+    (FILES and DIRS it manages), the slurm.conf it judged (JUDGED), and the
+    problems, warnings and info each check adds, in the table's order."""
+
+    def __init__(self, settings, chain, salt, release, looked):
+        self.settings, self.chain, self.salt, self.release, self.looked = settings, chain, salt, release, looked
+        self.problems, self.warnings, self.info = [], [], looked["info"]
+        self.preview, self.files, self.dirs, self.judged = {}, [], [], []
+
+
 def _verify(expect, verbose, salt):
     if not isinstance(verbose, bool):
         raise CommandExecutionError(f"verbose must be True or False, got {verbose!r}")
@@ -250,8 +262,21 @@ def _verify(expect, verbose, salt):
         salt.opts["test"] = testing
     if not isinstance(preview, dict) or not all(isinstance(state, dict) for state in preview.values()):
         return _answer([*problems, _render_error(preview)], warnings, release, verbose, looked)
-    files, dirs = _managed(preview, chain)
-    looked["checked"] = sorted([item["path"] for item in files] + dirs)
+    v = _Looked(settings, chain, salt, release, looked)
+    v.problems.extend(problems)
+    v.preview = preview
+    v.files, v.dirs = _managed(preview, chain)
+    looked["checked"] = sorted([item["path"] for item in v.files] + v.dirs)
+    for check, _ in CHECKS:
+        check(v)
+    return _answer(v.problems, v.warnings, release, verbose, looked)
+
+
+# -- verify's checks, each given the _Looked of the call ----------------------
+def _state_preview(v):
+    """What the state would change now (state.sls test=True): a state that fails, a release not current, a
+    package missing, a file that differs."""
+    problems, release, preview = v.problems, v.release, v.preview
     for state in preview.values():
         name, changes = state.get("name"), state.get("changes") or {}
         if state.get("result") is False:
@@ -267,6 +292,11 @@ def _verify(expect, verbose, salt):
                 f"differs from what the state lays down now ({', '.join(sorted(changes))})"
             problems.append(f"[managed-differs] {name} {what}")
 
+
+def _managed_files(v):
+    """Each file the state manages: regular, root's, not writable by group or others; a script executable and
+    compiling."""
+    problems, files = v.problems, v.files
     for item in files:
         path = item["path"]
         try:
@@ -289,6 +319,11 @@ def _verify(expect, verbose, salt):
                     compile(handle.read(), path, "exec", dont_inherit=True)
             except (OSError, SyntaxError, ValueError) as exc:
                 problems.append(f"[script-not-compiling] {path} does not compile: {exc}")
+
+
+def _managed_dirs(v):
+    """Each directory the state manages, and slurm_config_dir: root's and not writable by group or others."""
+    problems, settings, dirs = v.problems, v.settings, v.dirs
     for path in [*dirs, settings["slurm_config_dir"]]:
         try:
             st = os.lstat(path)
@@ -297,6 +332,11 @@ def _verify(expect, verbose, salt):
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
             problems.append(f"[managed-dir-not-root-only] {path} must be a directory owned by root and not writable "
                             "by group or others")
+
+
+def _config_dir(v):
+    """slurm_config_dir and its ancestors: only root can write them."""
+    problems, settings = v.problems, v.settings
     # What root runs: anyone who can write slurm_config_dir or one of its
     # ancestors can swap the chain, and anyone who can write a site's part
     # runs code as root at the next job end.
@@ -304,6 +344,11 @@ def _verify(expect, verbose, salt):
         problems.append(f"[config-dir-not-root-only] {settings['slurm_config_dir']} (epilog:slurm_config_dir) or one "
                         "of its ancestors is a symlink, not root's, or writable by another account (and not sticky): "
                         "that account can replace the chain root runs")
+
+
+def _site_parts(v):
+    """Each site part of the chain's site directories: a regular file of root's only root can write."""
+    problems, chain = v.problems, v.chain
     for stage in chain.site_dirs:
         site_dir = os.path.join(chain.confdir, stage)
         try:
@@ -328,6 +373,10 @@ def _verify(expect, verbose, salt):
                                 f"{stat.S_IMODE(st.st_mode):04o}): that account runs code as root; the runner skips "
                                 "it")
 
+
+def _localusers(v):
+    """localusers.backup holds the pillar's localusers, and each name resolves here."""
+    problems, settings, chain = v.problems, v.settings, v.chain
     backup = os.path.join(chain.confdir, chain.localusers)
     try:
         with open(backup, encoding="utf-8", errors="strict") as handle:
@@ -349,9 +398,17 @@ def _verify(expect, verbose, salt):
                             "under ssh_access listfile no job start grants anybody an ssh line (make the account, or "
                             "take the name off the list)")
 
+
+def _sock_diag(v):
+    """The kernel's unix socket diagnostics, the sweep's evidence, can be read."""
     if _node.sweep.bound_socket_files() is None:
-        problems.append("[sock-diag-unreadable] the kernel's unix socket diagnostics (NETLINK_SOCK_DIAG) cannot be "
-                        "read: the sweep cannot tell whether an X socket is held, and keeps them all")
+        v.problems.append("[sock-diag-unreadable] the kernel's unix socket diagnostics (NETLINK_SOCK_DIAG) cannot "
+                          "be read: the sweep cannot tell whether an X socket is held, and keeps them all")
+
+
+def _file_dirs(v):
+    """The directories of the log, the allow file, the record and the metrics: only root can write them."""
+    problems, settings = v.problems, v.settings
     for key, what in (("log_file", "the parts never open the log"), ("ssh_allow_file", "39 and 50 leave it alone"),
                       ("record_file", "the runner writes no decision record (epilog.report has none)"),
                       ("metrics_file", "the runner writes no metrics")):
@@ -362,9 +419,19 @@ def _verify(expect, verbose, salt):
             problems.append(f"[file-dir-not-root-only] {directory} (epilog:{key}) is not a directory only root can "
                             "write (it, or an ancestor that is not sticky, is a symlink, not root's, or writable by "
                             f"group or others): {what}")
+
+
+def _run_dir(v):
+    """run_dir, where the job marks are: only root can write it."""
+    problems, settings = v.problems, v.settings
     if os.path.lexists(settings["run_dir"]) and not _root_only(settings["run_dir"]):
         problems.append(f"[run-dir-not-root-only] {settings['run_dir']} (epilog:run_dir) is not a directory only "
                         "root can write: the epilog cannot trust the job marks there, and asks squeue instead")
+
+
+def _old_chain(v):
+    """No slurm.conf runs another chain of this formula's (chain_wired's elsewhere)."""
+    problems, settings, salt = v.problems, v.settings, v.salt
     try:
         wired = salt.chain_wired()
     except OSError as exc:
@@ -377,10 +444,22 @@ def _verify(expect, verbose, salt):
                         f"updates. Point {item['key']}= at {settings['slurm_config_dir']}/{item['key'].lower()}.sh, "
                         f"run scontrol reconfigure, then remove the old one: state.apply epilog.clean "
                         f"pillar='{{\"epilog_clean\": {{\"slurm_config_dir\": \"{item['dir']}\"}}}}'")
+
+
+def _judged_slurm_confs(v):
+    """Each slurm.conf slurmd reads, how it is found and how far it is trusted (slurmd._judged_confs gives the
+    codes)."""
+    problems, warnings, info, settings = v.problems, v.warnings, v.info, v.settings
     judged, conf_problems, conf_warnings, conf_info = _judged_confs(settings)
     problems.extend(conf_problems)
     warnings.extend(conf_warnings)
     info.extend(conf_info)
+    v.judged = judged
+
+
+def _spool_dir(v):
+    """The spool a job end looks in (slurmd_spool_dir, expanded): only root can write it."""
+    warnings, settings, judged = v.warnings, v.settings, v.judged
     # the spool a job end looks in: %n and %h expanded for the node name
     # slurmd runs as (the first judged slurmd's)
     spool = _spool(settings["slurmd_spool_dir"], judged[0][3] if judged else _host_node())
@@ -388,9 +467,15 @@ def _verify(expect, verbose, salt):
         warnings.append(f"[spool-not-root-only] {spool or settings['slurmd_spool_dir']} (epilog:slurmd_spool_dir) is "
                         "not a directory only root can write (Debian's /var/lib/slurm/slurmd belongs to slurm): the "
                         "last-job check skips its step sockets and asks pgrep, then squeue")
-    if not judged:
+
+
+def _chain_in_slurm_confs(v):
+    """Each judged slurm.conf runs this chain, in time, with what it needs (_conf_problems,
+    _chain_time_problems and slurmd._job_container give the codes)."""
+    problems, warnings, info, settings, chain, looked = v.problems, v.warnings, v.info, v.settings, v.chain, v.looked
+    if not v.judged:
         problems.extend(_chain_time_problems(settings, chain, conf_found={}))
-    for conf, found, how, node in judged:
+    for conf, found, how, node in v.judged:
         looked["slurm_conf"].append({"file": _shown(conf), "how": how})
         more_problems, more_warnings = _conf_problems(settings, chain, conf, found, node)
         problems.extend(more_problems)
@@ -398,14 +483,56 @@ def _verify(expect, verbose, salt):
         container_info, container_warnings = _job_container(conf, found, settings, node)
         info.extend(container_info)
         warnings.extend(container_warnings)
+
+
+def _ssh(v):
+    """sshd's account stack under ssh_access (pampolicy._ssh_access) and the ssh lines no job end revokes
+    (_never_revoked)."""
+    settings, chain = v.settings, v.chain
     problems_pam, warnings_pam = _ssh_access(settings)
-    problems.extend(problems_pam)
-    warnings.extend(warnings_pam + _never_revoked(settings, chain))
+    v.problems.extend(problems_pam)
+    v.warnings.extend(warnings_pam + _never_revoked(settings, chain))
+
+
+def _schedule(v):
+    """The minion's schedule entries are what epilog:schedule asks for (_schedule_report)."""
+    looked, salt, settings = v.looked, v.salt, v.settings
     looked["schedule"], schedule_warnings = _schedule_report(settings, salt)
-    warnings.extend(schedule_warnings)
-    info.append(_ipc_note(settings))
-    _mode_and_brake(settings, problems, warnings)
-    return _answer(problems, warnings, release, verbose, looked)
+    v.warnings.extend(schedule_warnings)
+
+
+def _ipc(v):
+    """What the chain does with IPC objects here (info, no code)."""
+    v.info.append(_ipc_note(v.settings))
+
+
+def _mode(v):
+    """observe mode, the brake and the parts turned off (_mode_and_brake)."""
+    _mode_and_brake(v.settings, v.problems, v.warnings)
+
+
+# verify's checks in the order they run, each with the codes it gives
+# itself (those of the helper it names in its docstring are that helper's)
+CHECKS = [
+    (_state_preview, ("state-fails", "release-not-current", "package-missing", "managed-differs")),
+    (_managed_files, ("managed-not-regular", "managed-not-root", "managed-writable", "script-not-executable",
+                      "script-not-compiling")),
+    (_managed_dirs, ("managed-dir-not-root-only",)),
+    (_config_dir, ("config-dir-not-root-only",)),
+    (_site_parts, ("site-part-symlink", "site-part-not-root-only")),
+    (_localusers, ("localusers-backup-differs", "localusers-backup-unreadable", "localuser-unresolved")),
+    (_sock_diag, ("sock-diag-unreadable",)),
+    (_file_dirs, ("file-dir-not-root-only",)),
+    (_run_dir, ("run-dir-not-root-only",)),
+    (_old_chain, ("chain-wired-failed", "slurm-conf-old-chain")),
+    (_judged_slurm_confs, ()),
+    (_spool_dir, ("spool-not-root-only",)),
+    (_chain_in_slurm_confs, ()),
+    (_ssh, ()),
+    (_schedule, ()),
+    (_ipc, ()),
+    (_mode, ()),
+]
 
 
 def _never_revoked(settings, chain):
