@@ -4,6 +4,7 @@ table; a message without one is marked; a minion busy with another state
 run is told by Salt's own words, as both Salt lines word them. Pure: the
 sources and the docs read as text, the module loaded without Salt."""
 import ast
+import inspect
 import re
 
 import pytest
@@ -55,6 +56,14 @@ def test_every_code_verify_can_give_is_in_the_table_once_and_the_table_has_no_ot
     written = set(codes_in_sources())
     assert written - set(table) == set(), "codes missing from docs/releases.md's table"
     assert set(table) - written == set(), "codes in docs/releases.md's table that nothing gives"
+
+
+@pytest.mark.parametrize("check, codes", epilog.checks.CHECKS, ids=[row[0].__name__ for row in epilog.checks.CHECKS])
+def test_each_check_of_verifys_table_gives_the_codes_its_row_names(check, codes):
+    """checks.CHECKS is what a reader scans for a check: each row names
+    exactly the codes its function writes itself, and says what it checks."""
+    assert sorted(set(OPENING.findall(inspect.getsource(check)))) == sorted(codes)
+    assert check.__doc__
 
 
 def test_a_message_without_a_code_is_marked_and_a_coded_one_kept():
