@@ -19,10 +19,10 @@ def test_a_slurmd_in_another_mount_namespace_is_read_through_its_root(tmp_path):
     with mount_namespace(fresh=("/etc/slurm",)) as ns:
         holder = int(ns[1].split("=", 1)[1])
         subprocess.run([*ns, "sh", "-c", "echo Epilog=/theirs > /etc/slurm/slurm.conf"], check=True)
-        assert epilog._as_slurmd_sees_it(holder, "/etc/slurm/slurm.conf") == f"/proc/{holder}/root/etc/slurm/slurm.conf"
+        assert epilog.slurmd._as_slurmd_sees_it(holder, "/etc/slurm/slurm.conf") == f"/proc/{holder}/root/etc/slurm/slurm.conf"
         shared = tmp_path / "shared.conf"
         shared.write_text("x\n")
-        assert epilog._as_slurmd_sees_it(holder, str(shared)) == str(shared)
+        assert epilog.slurmd._as_slurmd_sees_it(holder, str(shared)) == str(shared)
 
 
 def test_a_root_only_slurm_conf_in_another_namespace_is_judged_and_read_there():
@@ -38,16 +38,16 @@ def test_a_root_only_slurm_conf_in_another_namespace_is_judged_and_read_there():
                         "&& printf 'Include /etc/slurm/inside.conf\\nInclude /etc/slurm/link.conf\\n' > slurm.conf "
                         "&& chmod 0600 slurm.conf"], check=True)
         conf = f"/proc/{holder}/root/etc/slurm/slurm.conf"
-        parsed = epilog._parsed(conf)
+        parsed = epilog.slurmconf._parsed(conf)
         assert parsed["problems"] == [] and parsed["cuts"] == [], parsed
         assert parsed["values"] == {"epilog": ["/inside/epilog.sh", "/inside/epilog.sh"]}
         assert parsed["files"] == [conf, f"/proc/{holder}/root/etc/slurm/inside.conf",
                                    f"/proc/{holder}/root/etc/slurm/link.conf"]
         assert {trust for _, _, trust in parsed["sources"]} == {"root"}, parsed["sources"]
-        assert epilog._trust_lines(parsed) == ([], [])
-        assert epilog._root_only_in(f"/proc/{holder}/root/etc/slurm")
+        assert epilog.slurmconf._trust_lines(parsed) == ([], [])
+        assert epilog.common._root_only_in(f"/proc/{holder}/root/etc/slurm")
         subprocess.run([*ns, "chmod", "0666", "/etc/slurm/inside.conf"], check=True)
-        problems, _ = epilog._trust_lines(epilog._parsed(conf))
+        problems, _ = epilog.slurmconf._trust_lines(epilog.slurmconf._parsed(conf))
         assert [p for p in problems if p.startswith(
             f"[slurm-conf-not-root-only] /proc/{holder}/root/etc/slurm/inside.conf, which slurmd reads")], problems
 
@@ -57,9 +57,8 @@ def _wired(monkeypatch, chain, conf):
     one slurm.conf found (a slurmd's, read through its root)."""
     monkeypatch.setattr(epilog, "_config", lambda validate=True: (
         {"slurm_config_dir": str(chain)}, {"path": "^/"}, {"releases": {"dir": "epilog-releases"}}))
-    monkeypatch.setattr(epilog, "_slurm_confs", lambda settings, also=(), running=True: [(conf, "slurmd")])
-    with epilog._one_call():
-        return epilog._chain_wired(None)
+    monkeypatch.setattr(epilog.slurmd, "_slurm_confs", lambda settings, also=(), running=True: [(conf, "slurmd")])
+    return epilog.chain_wired(None)
 
 
 def test_the_chain_a_slurmd_names_is_judged_in_its_root_by_identity(tmp_path, monkeypatch):
@@ -81,8 +80,8 @@ def test_the_chain_a_slurmd_names_is_judged_in_its_root_by_identity(tmp_path, mo
         report = _wired(monkeypatch, chain, conf)
         assert report["known"] and report["wired"] == [
             f"{conf} names /etc/slurm/bound/epilog.sh (Epilog=)", f"{conf} names bound/prolog.sh (Prolog=)"], report
-        assert epilog._not_laid(conf, "epilog", "/etc/slurm/bound/epilog.sh", str(chain / "epilog.sh")) is None
-        assert epilog._not_laid(conf, "prolog", "bound/prolog.sh", str(chain / "prolog.sh")) is None
+        assert epilog.checks._not_laid(conf, "epilog", "/etc/slurm/bound/epilog.sh", str(chain / "epilog.sh")) is None
+        assert epilog.checks._not_laid(conf, "prolog", "bound/prolog.sh", str(chain / "prolog.sh")) is None
         assert not os.path.lexists("/etc/slurm/bound/epilog.sh") or not os.path.samefile(
             "/etc/slurm/bound/epilog.sh", str(chain / "epilog.sh"))
 
@@ -107,11 +106,11 @@ def test_the_laid_down_path_that_is_another_file_in_slurmds_root_is_not_the_chai
         report = _wired(monkeypatch, chain, conf)
         assert report["known"] and report["wired"] == [], report
         for key in ("epilog", "prolog"):
-            assert epilog._not_laid(conf, key, f"{chain}/{key}.sh", str(chain / f"{key}.sh")) == (
+            assert epilog.checks._not_laid(conf, key, f"{chain}/{key}.sh", str(chain / f"{key}.sh")) == (
                 f"{conf} has {key.capitalize()}={chain}/{key}.sh, which in slurmd's root (its own mount namespace) "
                 f"is not the laid-down {chain}/{key}.sh (another file there, or none)")
         here = str(tmp_path / "slurm.conf")
-        assert epilog._not_laid(here, "epilog", f"{chain}/epilog.sh", str(chain / "epilog.sh")) is None
+        assert epilog.checks._not_laid(here, "epilog", f"{chain}/epilog.sh", str(chain / "epilog.sh")) is None
 
 
 def test_job_containers_base_path_and_spool_are_listed_in_slurmds_root():
@@ -125,7 +124,7 @@ def test_job_containers_base_path_and_spool_are_listed_in_slurmds_root():
                         "&& mkdir -p jobs/123 jobs/456 spool && /usr/bin/python3 -c 'import socket; "
                         "socket.socket(socket.AF_UNIX).bind(\"/etc/slurm/spool/n1_456.0\")'"], check=True)
         conf = f"/proc/{holder}/root/etc/slurm/slurm.conf"
-        info, warnings = epilog._job_container(conf, {"jobcontainertype": "job_container/tmpfs"},
+        info, warnings = epilog.slurmd._job_container(conf, {"jobcontainertype": "job_container/tmpfs"},
                                                {"slurmd_spool_dir": "/etc/slurm/spool"}, "n1")
         assert info and warnings == [
             "[job-container-stale-dirs] 1 job directory under BasePath /etc/slurm/jobs that no running job owns (no "

@@ -49,8 +49,8 @@ def test_parser_reads_a_bounded_number_of_files_whatever_includes_what(tmp_path)
         (tmp_path / f"{i}.conf").write_text(f"Include {tmp_path}/*.conf\nEpilog=/e{i}\n")
     (tmp_path / "slurm.conf").write_text("Include *.conf\n")
     _, read, problems = epilog.parse_slurm_conf(str(tmp_path / "slurm.conf"))
-    assert len(read) == epilog.CONF_FILES_MAX, len(read)
-    assert any(f"more than {epilog.CONF_FILES_MAX} files included" in p for p in problems), problems[:3]
+    assert len(read) == epilog.slurmconf.CONF_FILES_MAX, len(read)
+    assert any(f"more than {epilog.slurmconf.CONF_FILES_MAX} files included" in p for p in problems), problems[:3]
     (tmp_path / "nul.conf").write_bytes(b"Include /etc/\x00passwd\n")
     _, _, problems = epilog.parse_slurm_conf(str(tmp_path / "nul.conf"))
     assert problems and "cannot be read" in problems[0], problems
@@ -142,10 +142,10 @@ def test_a_thousand_include_globs_are_cut_and_said(tmp_path):
     assert values["epilog"] == ["/after"]
     assert read == [str(tmp_path / "slurm.conf"), str(tmp_path / "inc.conf")]
     cuts = [p for p in problems if p.startswith(f"[slurm-conf-cut] {tmp_path}/slurm.conf is read only in part: ")]
-    assert any(f"more than {epilog.CONF_GLOBS_MAX} Include globs" in p for p in cuts), problems
-    assert any(f"more than {epilog.CONF_INCLUDES_MAX} Include lines" in p for p in cuts), problems
+    assert any(f"more than {epilog.slurmconf.CONF_GLOBS_MAX} Include globs" in p for p in cuts), problems
+    assert any(f"more than {epilog.slurmconf.CONF_INCLUDES_MAX} Include lines" in p for p in cuts), problems
     # a line that names no file, given a thousand times, is said once
-    assert len(problems) == len(set(problems)) and len(problems) <= 2 + len(epilog._CUT), problems
+    assert len(problems) == len(set(problems)) and len(problems) <= 2 + len(epilog.slurmconf._CUT), problems
 
 
 @pytest.mark.parametrize("bound, what", [("CONF_ENTRIES_MAX", "directory entries listed"),
@@ -154,7 +154,7 @@ def test_a_thousand_include_globs_are_cut_and_said(tmp_path):
 def test_each_bound_of_a_parse_is_said_when_reached(tmp_path, monkeypatch, bound, what):
     """Each bound, reached, is one [slurm-conf-cut] line that names it (the
     bound set low here, so that a small tree reaches it)."""
-    monkeypatch.setattr(epilog, bound, 0)
+    monkeypatch.setattr(epilog.slurmconf, bound, 0)
     (tmp_path / "conf.d").mkdir()
     for i in range(3):
         (tmp_path / f"conf.d/{i}.conf").write_text(f"Prolog=/p{i}\n")
@@ -187,7 +187,7 @@ def test_a_parse_is_made_once_per_call_and_never_kept_across_calls(tmp_path, mon
     (tmp_path / "inc.conf").write_text("Epilog=/e\n")
     conf = tmp_path / "slurm.conf"
     conf.write_text("Include inc.conf\n")
-    with epilog._one_call():
+    with epilog.common._one_call():
         for _ in range(3):
             assert epilog.parse_slurm_conf(str(conf))[0] == {"epilog": ["/e"]}
         assert len(reads) == 2
@@ -195,7 +195,7 @@ def test_a_parse_is_made_once_per_call_and_never_kept_across_calls(tmp_path, mon
         assert epilog.parse_slurm_conf(str(conf))[0] == {"epilog": ["/changed"]}
         assert len(reads) == 4
     epilog.parse_slurm_conf(str(conf))
-    with epilog._one_call():
+    with epilog.common._one_call():
         epilog.parse_slurm_conf(str(conf))
     assert len(reads) == 8
 
@@ -213,13 +213,13 @@ def test_a_hostile_file_name_reaches_no_answer_raw(tmp_path):
     (tmp_path / "conf.d" / HOSTILE).write_text("Prolog=/p\n")
     (tmp_path / "conf.d" / "bad\nname.conf").mkdir()  # not a regular file: a problem that names it
     (tmp_path / "slurm.conf").write_text("Include conf.d/*.conf\n")
-    parsed = epilog._parsed(str(tmp_path / "slurm.conf"))
+    parsed = epilog.slurmconf._parsed(str(tmp_path / "slurm.conf"))
     lines = parsed["files"] + parsed["problems"] + [name for name, _, _ in parsed["sources"]]
-    lines += [line for group in epilog._trust_lines(parsed) for line in group]
+    lines += [line for group in epilog.slurmconf._trust_lines(parsed) for line in group]
     assert any("FORGED" in line for line in parsed["files"]) and any("bad" in line for line in parsed["problems"])
     assert all(line.isprintable() for line in lines), lines
     assert f"{tmp_path}/conf.d/a\\x07\\nFORGED: result True, no problems\\x1b[2J.conf" in parsed["files"]
-    answer = epilog._answer(["[x] a\nb"], ["[y] \x1b[2J"], None, True, {"info": ["c\rd"]})
+    answer = epilog.checks._answer(["[x] a\nb"], ["[y] \x1b[2J"], None, True, {"info": ["c\rd"]})
     assert answer["problems"] == ["[x] a\\nb"] and answer["warnings"] == ["[y] \\x1b[2J"] \
         and answer["info"] == ["c\\rd"], answer
 
@@ -231,7 +231,7 @@ def test_a_directory_an_include_lists_that_others_can_write_is_a_problem(tmp_pat
     (tmp_path / "conf.d").mkdir()
     (tmp_path / "conf.d").chmod(0o777)
     (tmp_path / "slurm.conf").write_text("Include conf.d/*.conf\n")
-    problems, _ = epilog._trust_lines(epilog._parsed(str(tmp_path / "slurm.conf")))
+    problems, _ = epilog.slurmconf._trust_lines(epilog.slurmconf._parsed(str(tmp_path / "slurm.conf")))
     assert any(p.startswith(f"[slurm-conf-include-dir-not-root-only] {tmp_path}/conf.d, a directory an Include")
                for p in problems), problems
 

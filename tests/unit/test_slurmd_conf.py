@@ -62,10 +62,10 @@ def test_the_slurmd_of_the_chains_spool_is_told_by_its_slurm_conf(tmp_path):
     default when none is given, None when the file cannot be read."""
     conf = tmp_path / "slurm.conf"
     conf.write_text("SlurmdSpoolDir=/var/spool/a/\nslurmdspooldir = /var/spool/b\n")
-    assert epilog._conf_spool(str(conf)) == "/var/spool/b"
+    assert epilog.slurmconf._conf_spool(str(conf)) == "/var/spool/b"
     conf.write_text("ClusterName=x\n")
-    assert epilog._conf_spool(str(conf)) == "/var/spool/slurmd"
-    assert epilog._conf_spool(str(tmp_path / "none")) is None
+    assert epilog.slurmconf._conf_spool(str(conf)) == "/var/spool/slurmd"
+    assert epilog.slurmconf._conf_spool(str(tmp_path / "none")) is None
 
 
 def test_slurm_confs_spool_and_the_pillars_are_compared_as_slurmd_expands_them():
@@ -73,13 +73,13 @@ def test_slurm_confs_spool_and_the_pillars_are_compared_as_slurmd_expands_them()
     their words are the same, or once %n and %h are expanded for the
     slurmd's node name (the node program's expansion)."""
     host = os.uname().nodename.split(".", 1)[0]
-    assert epilog._same_spool("/tmp/slurmd.%n.spool", "/tmp/slurmd.n01.spool", "n01")
-    assert epilog._same_spool("/tmp/slurmd.n01.spool/", "/tmp/slurmd.%n.spool", "n01")
-    assert epilog._same_spool("/var/spool/%h", f"/var/spool/{host}", "n01")
-    assert epilog._same_spool("/tmp/slurmd.%n.spool", "/tmp/slurmd.%n.spool", None)
-    assert not epilog._same_spool("/tmp/slurmd.%n.spool", "/tmp/slurmd.n02.spool", "n01")
-    assert not epilog._same_spool("/var/spool/%n", "/var/spool/slurmd", None)
-    assert not epilog._same_spool(None, "/var/spool/slurmd", "n01")
+    assert epilog.slurmconf._same_spool("/tmp/slurmd.%n.spool", "/tmp/slurmd.n01.spool", "n01")
+    assert epilog.slurmconf._same_spool("/tmp/slurmd.n01.spool/", "/tmp/slurmd.%n.spool", "n01")
+    assert epilog.slurmconf._same_spool("/var/spool/%h", f"/var/spool/{host}", "n01")
+    assert epilog.slurmconf._same_spool("/tmp/slurmd.%n.spool", "/tmp/slurmd.%n.spool", None)
+    assert not epilog.slurmconf._same_spool("/tmp/slurmd.%n.spool", "/tmp/slurmd.n02.spool", "n01")
+    assert not epilog.slurmconf._same_spool("/var/spool/%n", "/var/spool/slurmd", None)
+    assert not epilog.slurmconf._same_spool(None, "/var/spool/slurmd", "n01")
 
 
 def test_a_slurm_conf_changed_after_slurmd_started_is_a_warning(tmp_path):
@@ -87,14 +87,14 @@ def test_a_slurm_conf_changed_after_slurmd_started_is_a_warning(tmp_path):
     a configless cache (slurmd's own to write) never is a warning."""
     conf = tmp_path / "slurm.conf"
     conf.write_text("Epilog=/x\n")
-    late = epilog._changed_since_start(str(conf), "-f", os.getpid())
+    late = epilog.slurmd._changed_since_start(str(conf), "-f", os.getpid())
     assert late and late.startswith(f"[slurm-conf-changed-since-start] {conf} was created or changed at") \
         and "scontrol reconfigure" in late
-    assert epilog._changed_since_start(str(conf), "configless", os.getpid()) is None
-    assert epilog._changed_since_start(str(conf), "-f", None) is None
+    assert epilog.slurmd._changed_since_start(str(conf), "configless", os.getpid()) is None
+    assert epilog.slurmd._changed_since_start(str(conf), "-f", None) is None
     old = time.time() - 10 * 365 * 86400
     os.utime(conf, (old, old))  # the ctime moves all the same: still after
-    assert epilog._changed_since_start(str(conf), "default", os.getpid())
+    assert epilog.slurmd._changed_since_start(str(conf), "default", os.getpid())
 
 
 def test_one_file_by_two_paths_is_one_and_slurmds_own_view_counts(tmp_path):
@@ -103,8 +103,8 @@ def test_one_file_by_two_paths_is_one_and_slurmds_own_view_counts(tmp_path):
     conf = tmp_path / "slurm.conf"
     conf.write_text("x\n")
     (tmp_path / "link.conf").symlink_to(conf)
-    assert epilog._file_id(str(tmp_path / "link.conf")) == epilog._file_id(str(conf))
-    assert epilog._file_id(str(tmp_path / "none")) == str(tmp_path / "none")
-    assert epilog._as_slurmd_sees_it(os.getpid(), str(conf)) == str(conf)
-    assert epilog._as_slurmd_sees_it(os.getpid(), None) is None
+    assert epilog.slurmd._file_id(str(tmp_path / "link.conf")) == epilog.slurmd._file_id(str(conf))
+    assert epilog.slurmd._file_id(str(tmp_path / "none")) == str(tmp_path / "none")
+    assert epilog.slurmd._as_slurmd_sees_it(os.getpid(), str(conf)) == str(conf)
+    assert epilog.slurmd._as_slurmd_sees_it(os.getpid(), None) is None
 

@@ -4,6 +4,7 @@ table; a message without one is marked; a minion busy with another state
 run is told by Salt's own words, as both Salt lines word them. Pure: the
 sources and the docs read as text, the module loaded without Salt."""
 import ast
+import inspect
 import re
 
 import pytest
@@ -15,7 +16,8 @@ epilog = load_file(REPO / "_modules/epilog.py", "epilog_module_verify_answer")
 # What verify and the node program it passes problems on from say: the
 # module, and every file of the node program (release.py's status, pam.py's
 # judge). A code opens a string: "[lowercase-kebab] ...".
-SOURCES = [REPO / "salt/_modules/epilog.py", *sorted((REPO / "salt/_modules/epilog_node").glob("*.py"))]
+SOURCES = [REPO / "salt/_modules/epilog.py", *sorted((REPO / "salt/_modules/epilog_front").glob("*.py")),
+           *sorted((REPO / "salt/_modules/epilog_node").glob("*.py"))]
 OPENING = re.compile(r"""(?<=["'])\[([^\]\s"']+)\] """)
 CODE = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*\Z")
 ROW = re.compile(r"^\| `\[([^\]]+)\]` \| (problem|warning|problem or warning) \| .+ \|$")
@@ -56,13 +58,21 @@ def test_every_code_verify_can_give_is_in_the_table_once_and_the_table_has_no_ot
     assert set(table) - written == set(), "codes in docs/releases.md's table that nothing gives"
 
 
+@pytest.mark.parametrize("check, codes", epilog.checks.CHECKS, ids=[row[0].__name__ for row in epilog.checks.CHECKS])
+def test_each_check_of_verifys_table_gives_the_codes_its_row_names(check, codes):
+    """checks.CHECKS is what a reader scans for a check: each row names
+    exactly the codes its function writes itself, and says what it checks."""
+    assert sorted(set(OPENING.findall(inspect.getsource(check)))) == sorted(codes)
+    assert check.__doc__
+
+
 def test_a_message_without_a_code_is_marked_and_a_coded_one_kept():
-    answer = epilog._answer(["[release-drift] /x changed", "an old tool's sentence"], ["[slurmd-not-running] x"],
+    answer = epilog.checks._answer(["[release-drift] /x changed", "an old tool's sentence"], ["[slurmd-not-running] x"],
                             "0123456789ab", False, {"manifest": {"a": "b"}})
     assert answer == {"result": False, "release": "0123456789ab", "warnings": ["[slurmd-not-running] x"],
                       "problems": ["[release-drift] /x changed", "[uncoded] an old tool's sentence"]}
-    assert epilog._answer([], [], "0123456789ab", False, {})["result"] is True
-    verbose = epilog._answer([], [], "0123456789ab", True, {"manifest": {"a": "b"}, "info": []})
+    assert epilog.checks._answer([], [], "0123456789ab", False, {})["result"] is True
+    verbose = epilog.checks._answer([], [], "0123456789ab", True, {"manifest": {"a": "b"}, "info": []})
     assert verbose["manifest"] == {"a": "b"} and verbose["info"] == [] and verbose["result"] is True
 
 
@@ -85,14 +95,14 @@ def test_a_minion_held_by_another_state_run_is_told_by_salts_own_words(venv):
     words = salt_running_words(venv)
     # the arguments in running()'s order: the function, its pid, when it started, its jid
     ret = [words.format("state.highstate", 31337, "2026, Dec 05 10:00:00.123456", "20261205100000123456")]
-    assert epilog._held_by(ret) == ("20261205100000123456", 31337)
-    assert epilog._render_error(ret) == ("[minion-busy] another state run (jid 20261205100000123456, pid 31337) "
+    assert epilog.checks._held_by(ret) == ("20261205100000123456", 31337)
+    assert epilog.checks._render_error(ret) == ("[minion-busy] another state run (jid 20261205100000123456, pid 31337) "
                                          "holds this minion; run verify again when it ends")
 
 
 def test_a_state_that_does_not_render_is_not_taken_for_a_busy_minion():
     ret = ["Rendering SLS 'base:epilog.parts' failed: Jinja error: epilog:localusers[1] ('bad user') must not hold "
            "whitespace\n... the context ..."]
-    assert epilog._held_by(ret) is None
-    assert epilog._render_error(ret) == ("[state-not-rendering] the state epilog does not render: "
+    assert epilog.checks._held_by(ret) is None
+    assert epilog.checks._render_error(ret) == ("[state-not-rendering] the state epilog does not render: "
                                          "epilog:localusers[1] ('bad user') must not hold whitespace")
