@@ -367,6 +367,9 @@ def verify(expect=None, verbose=False):
     - the slurm.conf this node's Slurm reads wires the chain (``Epilog=``,
       ``Prolog=``, ``PrologFlags``, ``SlurmdSpoolDir``, the timeouts), with
       warnings on ``ProctrackType`` and ``job_container/tmpfs``;
+    - the node's cgroup version and layout (info), a problem under
+      proctrack/cgroup when the chain cannot read it
+      (``[cgroup-layout-unreadable]``);
     - sshd's PAM account stack agrees with ``epilog:ssh_access``;
     - the minion's schedule entries agree with ``epilog:schedule`` (a
       warning);

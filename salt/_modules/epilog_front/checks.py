@@ -485,6 +485,38 @@ def _chain_in_slurm_confs(v):
         warnings.extend(container_warnings)
 
 
+def _cgroup_plugin(conf):
+    """cgroup.conf's CgroupPlugin beside the slurm.conf CONF (the last
+    one), or None: none, or the file cannot be read without a symlink."""
+    try:
+        text = _node.system.read_file(os.path.join(os.path.dirname(conf), "cgroup.conf"), 1 << 20)
+    except OSError:
+        return None
+    found = None
+    for line in text.decode("utf-8", "replace").split("\n"):
+        key, sep, value = line.split("#", 1)[0].strip().partition("=")
+        if sep and key.strip().lower() == "cgroupplugin" and value.strip():
+            found = value.strip()
+    return found
+
+
+def _cgroup_layout(v):
+    """Which cgroup version and layout the node runs (info), and a layout the chain cannot read under
+    proctrack/cgroup (system.cgroup_layout)."""
+    conf, found = (v.judged[0][0], v.judged[0][1]) if v.judged else (None, {})
+    proctrack = found.get("proctracktype", "proctrack/cgroup") if conf else None
+    try:
+        facts = _node.system.cgroup_facts(_node.system.read_file("/proc/self/mountinfo", 4 << 20))
+    except OSError:
+        facts = ((), False, None, None)
+    version, layout, problem = _node.system.cgroup_layout(*facts, proctrack, conf and _cgroup_plugin(conf))
+    v.info.append(f"cgroup {version}: {layout}" + (f", ProctrackType={_shown(proctrack)}" if proctrack else ""))
+    if problem:
+        v.problems.append(f"[cgroup-layout-unreadable] cgroup {version}, {_shown(conf)} has "
+                          f"ProctrackType={_shown(proctrack)}, and the chain cannot read the layout: {problem}; part "
+                          "40 and epilog.strays would tell no job's process from a stray by its cgroup")
+
+
 def _ssh(v):
     """sshd's account stack under ssh_access (pampolicy._ssh_access) and the ssh lines no job end revokes
     (_never_revoked)."""
@@ -528,6 +560,7 @@ CHECKS = [
     (_judged_slurm_confs, ()),
     (_spool_dir, ("spool-not-root-only",)),
     (_chain_in_slurm_confs, ()),
+    (_cgroup_layout, ("cgroup-layout-unreadable",)),
     (_ssh, ()),
     (_schedule, ()),
     (_ipc, ()),
