@@ -12,7 +12,8 @@ epilog:
   # listfile: the chain's allow lines govern ssh; adopt: pam_slurm_adopt does
   # (the chain never edits ssh_allow_file); none: neither.
   ssh_access: listfile
-  # Under adopt, true lets the state epilog.pam own sshd's account lines.
+  # Under listfile or adopt, true lets the state epilog.pam own sshd's account
+  # lines (keep it false where another formula owns /etc/pam.d/sshd).
   pam_manage: false
   # A directory only root can write (Debian's /var/log/slurm belongs to slurm).
   log_file: /var/log/slurm-epilog/epilog.log

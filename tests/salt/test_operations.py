@@ -184,7 +184,8 @@ def test_verify_names_the_allow_file_lines_part_39_never_removes(node):
     shown = ", ".join(["je.kim (listed)", "nobody (system account)", "evil\\x1b[2J (unknown user)",
                        *(f"{name} (unknown user)" for name in ghosts[:17])])
     assert f": {shown} ...; remove each by hand" in warning and "alice" not in warning, warning
-    assert f"flock {node.conf_dir}/ssh_allow.lock sed -i '/^NAME$/d' {allow}" in warning
+    remove = "perl -ni -e 'BEGIN { $n = shift } print unless $_ eq \"$n\\n\"'"
+    assert f"flock {node.conf_dir}/ssh_allow.lock {remove} NAME {allow}" in warning
     allow.unlink()
     allow.symlink_to(node.base / "records.jsonl")
     (warning,) = [text for text in node.run("verify")["warnings"] if text.startswith("[ssh-allow-line-never")]

@@ -545,6 +545,10 @@ def _mode(v):
 
 # verify's checks in the order they run, each with the codes it gives
 # itself (those of the helper it names in its docstring are that helper's)
+# removes the lines that are exactly its first argument (no pattern: sed's
+# regex would take je.kim for jeXkim too, and a name is no Perl code)
+REMOVE_LINE = "perl -ni -e 'BEGIN { $n = shift } print unless $_ eq \"$n\\n\"'"
+
 CHECKS = [
     (_state_preview, ("state-fails", "release-not-current", "package-missing", "managed-differs")),
     (_managed_files, ("managed-not-regular", "managed-not-root", "managed-writable", "script-not-executable",
@@ -589,7 +593,7 @@ def _never_revoked(settings, chain):
         names = ", ".join(f"{_shown(name)} ({why})" for name, why in found[:20]) + (" ..." if len(found) > 20 else "")
         said = (f"{len(found)} line(s) of {_shown(path)} name accounts the localusers guard does not act for, so part "
                 f"39 never removes them (nor does prolog 50 grant them now): {names}; remove each by hand, under the "
-                f"lock parts 39 and 50 take: flock {chain.allow_lock} sed -i '/^NAME$/d' {_shown(path)}")
+                f"lock parts 39 and 50 take: flock {chain.allow_lock} {REMOVE_LINE} NAME {_shown(path)}")
     except FileNotFoundError:
         return []
     except OSError as exc:
