@@ -20,6 +20,13 @@
  *   fighter fill      fork children that wait for ever until a fork is
  *                     refused (the node's pids, or its pids cgroup's, are
  *                     used up), then take each pid that frees, as it frees.
+ *   fighter becomeuser  run as her setuid copy by another account (real
+ *                     uid another's, effective and saved hers): once
+ *                     continued (SIGCONT), it takes her uid as its real one
+ *                     too (setresuid) and forks a child that waits for ever.
+ *   fighter spawnuser as becomeuser, but it stays as it is: at every SIGCONT
+ *                     it forks a child that takes her uid (setresuid) and
+ *                     waits for ever.
  *   fighter reap CMD  run CMD as a child, as a subreaper that reaps every
  *                     orphan of it, as a node's init would (this machine's
  *                     PID 1 never reaps: a fork loop's dead parents would
@@ -167,6 +174,52 @@ static int reap(char **argv)
     return 0;
 }
 
+static volatile sig_atomic_t continued;
+
+static void on_cont(int sig)
+{
+    (void)sig;
+    continued = 1;
+}
+
+static void wait_forever(void)
+{
+    for (;;)
+        pause();
+}
+
+static int as_user_on_cont(int stay)
+{
+    uid_t her = geteuid();
+    sigset_t cont, old;
+    signal(SIGCONT, on_cont);
+    sigemptyset(&cont);
+    sigaddset(&cont, SIGCONT);
+    sigprocmask(SIG_BLOCK, &cont, &old);
+    ready();
+    fclose(stdout);
+    for (;;) {
+        while (!continued)
+            sigsuspend(&old);
+        continued = 0;
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ;
+        if (!stay && setresuid(her, her, her) != 0)
+            return 1;
+        pid_t child = fork();
+        if (child == 0) {
+            sigprocmask(SIG_SETMASK, &old, NULL);
+            if (stay && setresuid(her, her, her) != 0)
+                _exit(1);
+            wait_forever();
+        }
+        if (!stay) {
+            sigprocmask(SIG_SETMASK, &old, NULL);
+            wait_forever();
+        }
+    }
+}
+
 static void *worker(void *arg)
 {
     (void)arg;
@@ -202,6 +255,10 @@ int main(int argc, char **argv)
         return hold_lock(argv[2]);
     if (argc >= 2 && strcmp(argv[1], "threads") == 0)
         return threads();
-    fprintf(stderr, "usage: fighter snipe [N]|forkloop|fill|rename NAME|flock FILE|threads|reap CMD...\n");
+    if (argc >= 2 && strcmp(argv[1], "becomeuser") == 0)
+        return as_user_on_cont(0);
+    if (argc >= 2 && strcmp(argv[1], "spawnuser") == 0)
+        return as_user_on_cont(1);
+    fprintf(stderr, "usage: fighter snipe [N]|forkloop|fill|rename NAME|flock FILE|threads|becomeuser|spawnuser|reap CMD...\n");
     return 2;
 }

@@ -5,19 +5,27 @@ the task list for kill(-1) under the lock fork needs), so the kill needs no
 SIGSTOP, which would leave root's su and runuser stopped with an unreaped
 child; and a su the user stopped themselves (by stopping its child) is
 resumed, reaps its child and exits."""
+import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import (
+    REPO,
     as_user,
     end,
     hostile,
+    ids_of,
     kill_all_of,
     killed,
     live_processes_of,
     process_uids,
+    require,
     slurmd_env,
     spawn_as,
     stray,
@@ -212,4 +220,254 @@ def test_processes_in_her_user_namespace_are_killed_not_left_stopped_in_a_frozen
     finally:
         end(holder)
         end(joined)
+        kill_all_of(ALICE)
+
+
+# part 40's kill_uid in a python of its own (as root, the node's
+# /usr/bin/python3), with HOOK (names below, comma-separated) put on the
+# real functions it calls: a hook decides when something happens, never
+# what kill_uid does about it. It prints the Killed as JSON, and lines
+# "unfreeze PIDS" when a cut-off freeze was undone.
+KILL = r'''
+import json, os, signal, sys, time
+sys.path.insert(0, sys.argv[1])
+from epilog_node import parts
+uid, hooks, kwargs = int(sys.argv[2]), sys.argv[3].split(","), json.loads(sys.argv[4])
+
+
+def live_of(uid):
+    found = set()
+    for pid in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/status" % pid) as handle:
+                fields = dict(line.split(":", 1) for line in handle if ":" in line)
+        except (OSError, ValueError):
+            continue
+        if fields["State"].split()[0] not in ("Z", "X") and int(fields["Uid"].split()[0]) == uid:
+            found.add(pid)
+    return found
+
+
+if "cut" in hooks:  # the runner's SIGTERM, right after the frozen round killed hers one by one
+    signal_each, unfreeze = parts._signal_each, parts._unfreeze
+
+    def cut(*args):
+        why = signal_each(*args)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return why
+
+    def undo(*args):
+        done = unfreeze(*args)
+        print("unfreeze " + " ".join(sorted(entry.split("(", 1)[0] for entry in done)), flush=True)
+        return done
+
+    parts._signal_each, parts._unfreeze = cut, undo
+if "late" in hooks:  # the clock jumps by 60 s in the first frozen round
+    shift, monotonic = [0.0], time.monotonic
+    time.monotonic = lambda: monotonic() + shift[0]
+    parts.SECONDS = 1000
+    kwargs["until"] = time.monotonic() + kwargs["until"]
+if "run" in hooks:  # what a thaw continued runs before the next scan looks (the worst order)
+    thaw = parts._thaw
+
+    def thaw_and_run(*args):
+        before = live_of(uid)
+        done = thaw(*args)
+        deadline = monotonic_() + 20
+        while done and not live_of(uid) - before and monotonic_() < deadline:
+            time.sleep(0.001)
+        if "late" in hooks:
+            shift[0] += 60
+        return done
+
+    monotonic_ = time.monotonic
+    parts._thaw = thaw_and_run
+for hook in hooks:
+    if hook.startswith("parent="):  # the thaw comes once that parent stopped itself, as su does at once
+        thaw_, parent = parts._thaw, hook.split("=", 1)[1]
+
+        def thaw_once_stopped(*args):
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                with open("/proc/%s/stat" % parent) as handle:
+                    if handle.read().rsplit(")", 1)[1].split()[0] == "T":
+                        break
+                time.sleep(0.001)
+            return thaw_(*args)
+
+        parts._thaw = thaw_once_stopped
+k = parts.kill_uid(uid, "alice", **kwargs)
+print(json.dumps(dict(zip(("outcome rounds signalled left why jobs spared one_by_one continued").split(), k))))
+'''
+
+
+def kill_with(hooks, **kwargs):
+    """(returncode, the Killed as a dict or None, the other lines printed)."""
+    ret = subprocess.run(["/usr/bin/python3", "-I", "-B", "-c", KILL, str(REPO / "salt/_modules"),
+                          str(uid_of(ALICE)), hooks, json.dumps(kwargs)], capture_output=True, text=True, timeout=120)
+    lines = ret.stdout.splitlines()
+    killed_ = json.loads(lines.pop()) if lines and lines[-1].startswith("{") else None
+    return ret.returncode, killed_, lines, ret.stderr
+
+
+@pytest.fixture
+def her_setuid_fighter(cbin, accounts):
+    """alice's copy of tests/c/fighter, made setuid to her by herself."""
+    home = Path(tempfile.mkdtemp(prefix="epilog-setuid-", dir="/var/tmp"))
+    try:
+        os.chmod(home, 0o755)
+        require(not os.statvfs(home).f_flag & os.ST_NOSUID, "/var/tmp is on a file system mounted nosuid")
+        program = home / "herfighter"
+        shutil.copy(cbin / "fighter", program)
+        os.chown(program, *ids_of(ALICE))
+        subprocess.run([*as_user(ALICE), "chmod", "u+s", str(program)], check=True)
+        yield program
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def run_by_alicex(program, mode):
+    """alicex's run of her setuid fighter in MODE: real uid alicex's,
+    effective and saved alice's (a saved-only process), once ready."""
+    proc, line = hostile("alicex", str(program), mode)
+    assert line == "ready"
+    wait_for(lambda: process_uids(proc.pid) == (uid_of("alicex"), uid_of(ALICE), uid_of(ALICE)), 5,
+             what="alicex's run of her setuid fighter")
+    return proc
+
+
+def not_stopped(pid):
+    return process_uids(pid) is not None and state(pid) not in ("T", "t")
+
+
+def test_a_frozen_round_cut_off_by_sigterm_leaves_nothing_it_stopped_stopped(her_setuid_runs, accounts):
+    """The runner's SIGTERM (its time is up) reaches kill_uid in the middle
+    of a frozen round, after hers were killed one by one and before the
+    thaw. The runner cannot send it at a chosen moment on demand, so a hook
+    on the real _signal_each sends it (the real SIGTERM, to the kill's own
+    process) right after that call returns. The freeze is undone all the
+    same (_unfreeze: the runs of her setuid program by alicex, je.kim and
+    root are running again, none left in state T), her stray is dead, and
+    the process still dies of the SIGTERM, its old handler's (SIG_DFL)."""
+    victim = stray(ALICE)
+    try:
+        code, result, lines, err = kill_with("cut")
+        assert code == -signal.SIGTERM and result is None, (code, result, lines, err)
+        unfrozen = next(line for line in lines if line.startswith("unfreeze")).split()[1:]
+        assert sorted(unfrozen) == sorted(str(proc.pid) for proc in her_setuid_runs.values()), lines
+        assert all(not_stopped(proc.pid) for proc in her_setuid_runs.values()), lines
+        assert killed(victim), lines
+    finally:
+        end(victim)
+        kill_all_of(ALICE)
+
+
+def test_a_saved_only_process_that_becomes_hers_once_continued_is_killed_before_done(her_setuid_fighter):
+    """alicex's run of her setuid fighter (becomeuser): once the thaw
+    continues it, it takes her uid as its real one and forks. A hook on the
+    real _thaw lets it do so before the next scan looks (the worst order,
+    made certain). kill_uid scans after the thaw, so it does not end done
+    on the scan before it: the next round kills both, and when it says
+    done no process of real uid hers lives."""
+    proc = run_by_alicex(her_setuid_fighter, "becomeuser")
+    try:
+        code, result, lines, err = kill_with("run")
+        assert code == 0 and result, (code, lines, err)
+        assert result["outcome"] == "done" and result["one_by_one"] == 1 and result["rounds"] >= 2, result
+        assert any(entry.startswith(f"{proc.pid}(") for entry in result["continued"]), result
+        assert killed(proc), result
+        assert not [pid for pid in live_processes_of(uid_of(ALICE))
+                    if (process_uids(pid) or (None,))[0] == uid_of(ALICE)], result
+    finally:
+        end(proc)
+        kill_all_of(ALICE)
+
+
+def test_a_saved_only_process_that_keeps_making_hers_ends_the_kill_bound_naming_it(her_setuid_fighter):
+    """alicex's run of her setuid fighter (spawnuser) stays saved-only and
+    forks a process of hers at every SIGCONT (the hook on _thaw lets it
+    before the next scan looks). kill_uid never says done while hers keep
+    coming: at its bound (3 rounds) it ends bound, every round a frozen
+    one, and its why names the saved-only process; nothing is left
+    stopped."""
+    proc = run_by_alicex(her_setuid_fighter, "spawnuser")
+    try:
+        code, result, lines, err = kill_with("run", rounds_max=3)
+        assert code == 0 and result, (code, lines, err)
+        assert result["outcome"] == "bound" and result["rounds"] == result["one_by_one"] == 3, result
+        assert "kept coming" in result["why"] and f"{proc.pid}(herfighter) uid {uid_of('alicex')}" in result["why"], \
+            result
+        assert not_stopped(proc.pid) and all(not_stopped(entry.split("(", 1)[0]) for entry in result["left"]), result
+    finally:
+        end(proc)
+        kill_all_of(ALICE)
+
+
+def test_no_frozen_round_starts_with_less_time_left_than_the_last_took(her_setuid_fighter):
+    """As above (spawnuser: hers keep coming), with the kill's time ending
+    100 s after it starts and the clock made to jump 60 s in its first
+    round (a hook on time.monotonic and on _thaw): the second frozen round,
+    which could not finish in the 40 s left, never starts. kill_uid ends
+    bound after one round, its why naming the saved-only process, and
+    nothing is stopped: the fighter and the process of hers it made run."""
+    proc = run_by_alicex(her_setuid_fighter, "spawnuser")
+    try:
+        code, result, lines, err = kill_with("run,late", rounds_max=5, until=100)
+        assert code == 0 and result, (code, lines, err)
+        assert result["outcome"] == "bound" and result["rounds"] == result["one_by_one"] == 1, result
+        assert f"{proc.pid}(herfighter)" in result["why"] and result["left"], result
+        assert not_stopped(proc.pid) and all(not_stopped(entry.split("(", 1)[0]) for entry in result["left"]), result
+    finally:
+        end(proc)
+        kill_all_of(ALICE)
+
+
+PARENT = r'''
+import os, signal, sys
+child = os.fork()
+if child == 0:
+    os.execvp(sys.argv[1], sys.argv[1:])
+print(child, flush=True)
+while True:  # as su and runuser do: stopped when its child stops
+    _, status = os.waitpid(child, os.WUNTRACED)
+    if not os.WIFSTOPPED(status):
+        break
+    os.kill(os.getpid(), signal.SIGSTOP)
+'''
+
+
+def test_a_parent_that_stops_itself_when_its_child_stops_is_continued_and_nothing_else(her_setuid_runs):
+    """root's parent (as su does: it stops itself when its child stops)
+    of alicex's run of her setuid sleep: the freeze stops the child, the
+    parent stops itself; _thaw continues the child and _thaw_parent the
+    parent. A hook on the real _thaw lets the parent stop first (the
+    kernel reports a child's stop to its parent only while the child is
+    stopped: a parent slower than the kill's scans would never stop, and
+    would have nothing to be continued from; _thaw_parent's own wait for a
+    parent that stops late is tests/unit's). A stopped process of root's
+    that is no parent of a continued one stays stopped."""
+    program = os.readlink(f"/proc/{her_setuid_runs['alicex'].pid}/exe")
+    parent = subprocess.Popen(["/usr/bin/python3", "-I", "-c", PARENT, *as_user("alicex"), program, "600"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    held = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL, start_new_session=True)
+    child = None
+    try:
+        child = int(parent.stdout.readline())
+        wait_for(lambda: process_uids(child) == (uid_of("alicex"), uid_of(ALICE), uid_of(ALICE)), 5,
+                 what="the parent's child, alicex's run of her setuid sleep")
+        os.kill(held.pid, signal.SIGSTOP)
+        wait_for(lambda: state(held.pid) == "T", 5, what="root's sleep to stop")
+        code, result, lines, err = kill_with(f"parent={parent.pid}")
+        assert code == 0 and result, (code, lines, err)
+        assert result["outcome"] == "done" and result["one_by_one"] == 1, result
+        assert f"{parent.pid}(python3)" in result["continued"] and any(
+            entry.startswith(f"{child}(") for entry in result["continued"]), result
+        assert not_stopped(parent.pid) and not_stopped(child), result
+        assert state(held.pid) == "T" and not any(entry.startswith(f"{held.pid}(") for entry in result["continued"])
+    finally:
+        os.kill(held.pid, signal.SIGCONT)
+        end(held)
+        end(parent)
+        if child:
+            os.kill(child, signal.SIGKILL)
         kill_all_of(ALICE)

@@ -209,3 +209,69 @@ def test_the_safety_net_continues_what_the_freeze_stopped_and_not_what_was_stopp
         except ProcessLookupError:
             pass
         os.waitpid(pid, 0)
+
+
+@pytest.fixture
+def parent_and_child():
+    """A real parent (a child of this test's, of its uid) with a child of
+    its own; the parent stops itself once the test writes to its pipe (as
+    su does when its child stops): (parent pid, child pid, go)."""
+    r_pid, w_pid = os.pipe()
+    r_go, w_go = os.pipe()
+    parent = os.fork()
+    if parent == 0:
+        try:
+            child = os.fork()
+            if child == 0:
+                signal.pause()
+                os._exit(0)
+            os.write(w_pid, str(child).encode())
+            os.read(r_go, 1)
+            os.kill(os.getpid(), signal.SIGSTOP)
+            signal.pause()
+        finally:
+            os._exit(0)
+    os.close(w_pid)
+    os.close(r_go)
+    child = int(os.read(r_pid, 32))
+    try:
+        yield parent, child, lambda: os.write(w_go, b"x")
+    finally:
+        for pid in (child, parent):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        os.waitpid(parent, 0)
+        for fd in (r_pid, w_go):
+            os.close(fd)
+
+
+def test_a_parent_that_stops_itself_after_its_child_is_waited_for_and_continued(parent_and_child, monkeypatch):
+    """_thaw_parent polls for the parent to stop (su stops itself a moment
+    after its child stops): one that stops only after the poll began is
+    continued. PARENT_POLLS is raised so the poll waits for the event."""
+    parent, child, go = parent_and_child
+    monkeypatch.setattr(parts, "PARENT_POLLS", 10 ** 6)
+    go()
+    done = parts._thaw_parent(HER, parts.pidfd_calls() or (), str(child), str(parent), set())
+    assert done and done.startswith(f"{parent}("), done
+    _, status = os.waitpid(parent, os.WCONTINUED)
+    assert os.WIFCONTINUED(status)
+
+
+def test_a_parent_is_not_continued_when_stopped_before_hers_or_no_longer_the_parent(parent_and_child):
+    """The parent stays stopped when the scan before the freeze found it
+    stopped, when it is the user's own (its real uid UID's), and when the
+    continued process's parent is not that pid (a pid reused meanwhile)."""
+    parent, child, go = parent_and_child
+    go()
+    _, status = os.waitpid(parent, os.WUNTRACED)
+    assert os.WIFSTOPPED(status)
+    calls = parts.pidfd_calls() or ()
+    assert parts._thaw_parent(HER, calls, str(child), str(parent), {str(parent)}) is None
+    assert parts._thaw_parent(os.getuid(), calls, str(child), str(parent), set()) is None
+    assert parts._thaw_parent(HER, calls, str(os.getpid()), str(parent), set()) is None
+    assert parts._thaw_parent(HER, calls, str(child), "1", set()) is None
+    with open(f"/proc/{parent}/stat") as handle:
+        assert handle.read().rsplit(")", 1)[1].split()[0] == "T"
