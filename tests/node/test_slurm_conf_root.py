@@ -5,9 +5,13 @@ root (an absolute Include and symlink from that root, every directory on
 the way judged on the descriptor opened for it). Needs root: it makes a
 mount namespace."""
 import os
+import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 from tests.helpers import REPO, load_file, mount_namespace
+from tests.unit.conftest import node
 
 epilog = load_file(REPO / "_modules/epilog.py", "epilog_module_conf_root")
 
@@ -129,3 +133,26 @@ def test_job_containers_base_path_and_spool_are_listed_in_slurmds_root():
         assert info and warnings == [
             "[job-container-stale-dirs] 1 job directory under BasePath /etc/slurm/jobs that no running job owns (no "
             "step of theirs in /etc/slurm/spool), left by a failed launch or teardown: /etc/slurm/jobs/123"], warnings
+
+
+def test_a_directory_in_a_sticky_one_is_judged_as_trust_judges_it(tmp_path):
+    """roots.Root judges a directory as system.Trust does: one of root's
+    that only root can write is root-only in a sticky directory (such as
+    /var/tmp: nobody else can rename or remove it there), a file there is
+    not (squeue's SLURM_CONF directory under /var/tmp, the tests' own)."""
+    roots, system = node("roots"), node("system")
+    here = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="epilog-sticky-"))
+    try:
+        here.chmod(0o755)
+        (here / "slurm.conf").write_text("")
+        root = roots.Root(None)
+        try:
+            for path in ("/var/tmp", str(here), str(here / "slurm.conf")):
+                assert root.root_only(path) == system.Trust().root_only(path), path
+            assert root.root_only(str(here)) and not root.root_only("/var/tmp")
+        finally:
+            root.close()
+        assert node("slurm").conf_dir_root_only(str(here)) and node("slurm").conf_dir_root_only(str(here / "none"))
+        assert not node("slurm").conf_dir_root_only("/var/tmp/epilog-none-such")
+    finally:
+        shutil.rmtree(here)

@@ -165,7 +165,10 @@ class Root:
                 fd = os.open(name, O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=stack[-1][0])
                 st = os.fstat(fd)
                 link = stat.S_ISLNK(st.st_mode)
-                placed = placed and bool(rule(stack[-1][1], last=link or not todo))
+                # the directory NAME is in holds the last name (a file, or a
+                # symlink: not sticky) or is an ancestor (of a directory,
+                # or on the way: sticky will do), as Trust.root_only has it
+                placed = placed and bool(rule(stack[-1][1], last=link or (not todo and not stat.S_ISDIR(st.st_mode))))
                 if link and (todo or follow):
                     try:
                         target = os.readlink("", dir_fd=fd)
