@@ -144,3 +144,16 @@ def test_what_the_chain_left_or_did_another_way_reaches_the_metrics_and_the_repo
     assert out["ssh_lines_not_granted"] == {"listed": 1}
     quiet = reader.summary([build()])
     assert not set(quiet) & {"ssh_lines_not_granted", *(key for key, _, _ in metrics.SHORTFALLS)}
+
+
+def test_every_metric_the_writer_emits_is_in_the_operators_table():
+    """docs/records-and-metrics.md's table names every family the textfile
+    holds (an operator alerting on a counter finds it there)."""
+    from pathlib import Path
+    table = (Path(__file__).resolve().parents[2] / "docs" / "records-and-metrics.md").read_text()
+    text = metrics.render_metrics({"epilog_release_info": 1})
+    families = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+    assert len(families) > 20
+    missing = sorted(f for f in families if f"`{f}" not in table
+                     and not (f.startswith("epilog_would_") and "`epilog_would_<x>`" in table))
+    assert not missing, f"docs/records-and-metrics.md's metrics table lacks {missing}"
