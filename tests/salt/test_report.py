@@ -45,6 +45,9 @@ def test_report_counts_the_job_ends_and_gives_one_in_full(node):
     assert summary["residue"]["removed"]["user_files"] >= 1
     assert summary["slowest"]["ms"] == max(record["ms"] for record in records_of(node))
     assert summary["sweeps"] == sum(1 for r in records_of(node) for p in r["parts"] if "sweep" in p.get("facts", {}))
+    assert summary["reaches_since"] is None and summary["oldest_record"] is not None
+    week = node.run("report", since="7d")  # the node holds minutes of records, not a week's
+    assert week["records"] == 3 and week["reaches_since"] is False and week["oldest_record"] == summary["oldest_record"]
     one = node.run("report", job=10)
     assert one["records"] == [records_of(node)[0]]
     assert one["what_was_done"][0]["decision"] == "acted"

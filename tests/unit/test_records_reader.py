@@ -116,3 +116,17 @@ def test_a_symlink_at_the_records_place_is_never_followed(tmp_path):
     (tmp_path / "records.jsonl").symlink_to(tmp_path / "elsewhere")
     found, problems = reader.read(str(tmp_path / "records.jsonl"))
     assert found == [] and any("not read" in p for p in problems), problems
+
+
+def test_a_report_says_whether_the_records_reach_back_to_since():
+    """since=7d over a node whose records begin two days ago: the counts are
+    two days', and the report says so (reaches_since false, oldest_record)."""
+    held = [{**GOOD, "start": NOW - 2 * 86400}, {**GOOD, "job": 8, "start": NOW - 3600}, {**GOOD, "start": None}]
+    first = reader.oldest(held)
+    assert first == NOW - 2 * 86400
+    week = reader.summary(reader.choose(held, start=NOW - 7 * 86400), NOW - 7 * 86400, first)
+    assert week["reaches_since"] is False and week["oldest_record"] == reader.when(NOW - 2 * 86400)
+    day = reader.summary(reader.choose(held, start=NOW - 86400), NOW - 86400, first)
+    assert day["reaches_since"] is True and day["records"] == 1
+    assert reader.summary([], None, None)["reaches_since"] is None
+    assert reader.summary([], NOW, reader.oldest([]))["reaches_since"] is False

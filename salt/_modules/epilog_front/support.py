@@ -113,4 +113,4 @@ def report(salt, since=None, user=None, job=None):
     if job is not None:
         return {"job": int(job), "records": chosen, "problems": problems,
                 "what_was_done": [_node.reader.what_was_done(rec) for rec in chosen if rec.get("stage") == "epilog"]}
-    return {**_node.reader.summary(chosen, start), "problems": problems}
+    return {**_node.reader.summary(chosen, start, _node.reader.oldest(records)), "problems": problems}

@@ -283,11 +283,23 @@ def what_was_done(record):
     return out
 
 
-def summary(chosen, start=None):
-    """The counts of epilog.report over the CHOSEN records (since START)."""
+def oldest(records):
+    """The start of the oldest of RECORDS (an epoch), or None."""
+    starts = [rec["start"] for rec in records if _finite(rec.get("start"))]
+    return min(starts) if starts else None
+
+
+def summary(chosen, start=None, first=None):
+    """The counts of epilog.report over the CHOSEN records (since START).
+    FIRST, the start of the oldest record the node still holds, says how far
+    back the counts can reach: reaches_since is false where the records begin
+    after START (rotated away, or none written before), so counts over a
+    fleet are not read as a week's when a node holds two days."""
     out = {
         "nodes": sorted({str(rec.get("node")) for rec in chosen if rec.get("node")}),
         "since": when(start), "records": len(chosen),
+        "oldest_record": when(first),
+        "reaches_since": None if start is None else first is not None and first <= start,
         "job_ends": 0, "prologs": 0, "acted": 0, "users_acted_on": [], "spared": {}, "unknown": {},
         "processes_signalled": 0, "strays_signalled": 0, "job_cgroup_processes_signalled": 0,
         "other_job_cgroup_processes_signalled": 0, "sweeps": 0,
