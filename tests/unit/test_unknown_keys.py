@@ -77,6 +77,18 @@ def test_an_unknown_key_is_refused_naming_it_and_the_nearest(tmp_path, pillar, m
     assert message in refusal(lambda: render(tmp_path, {"epilog": pillar}))
 
 
+def test_every_unknown_key_of_a_level_is_named_in_one_refusal(tmp_path):
+    """A pillar copied with three typos fails once, naming all three (not one
+    per state run), each with its nearest setting; a known key beside them is
+    not named."""
+    message = refusal(lambda: render(tmp_path, {"epilog": {"localuser": ["root"], "mode": "observe", "shedule": {},
+                                                           "debug": True}}))
+    assert "epilog:localuser is not a setting of the epilog formula; did you mean epilog:localusers?" in message
+    assert "epilog:shedule is not a setting of the epilog formula; did you mean epilog:schedule?" in message
+    assert "epilog:debug is not a setting of the epilog formula, nor near one" in message
+    assert "epilog:mode " not in message
+
+
 def test_epilog_itself_must_be_a_mapping_and_may_be_empty(tmp_path):
     assert "epilog must be a mapping of settings (slurm_config_dir, " in refusal(
         lambda: render(tmp_path, {"epilog": ["localusers"]}))
