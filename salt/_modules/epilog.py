@@ -9,9 +9,9 @@ This file is the thin front Salt loads: each public function is its
 docstring, its arguments and one call into the room that does the work,
 in ``epilog_front/`` beside this file (its __init__.py says which room holds
 what). The front loads two packages synced with it from ``_modules/``, the
-same way (_load_package): the node program (``epilog_node/``), which every
-release holds and every job end runs, and the Salt side's rooms
-(``epilog_front/``), which no release holds. It gives the rooms what they
+same way (_load_package), each module at its first use: the node program
+(``epilog_node/``), which every release holds and every job end runs, and the
+Salt side's rooms (``epilog_front/``), which no release holds. It gives the rooms what they
 need of Salt (_given: its functions, opts and grains, the pillar's
 settings); no room reads a Salt dunder. ``epilog.explain`` loads the
 current release's own node program instead (its runner, in a dry run).
@@ -37,15 +37,22 @@ FRONT = "epilog_front"
 FRONT_ROOMS = ("common", "slurmconf", "slurmd", "pampolicy", "releases", "checks", "between", "support")
 
 
-def _load_package(directory, name, modules=PACKAGE_MODULES, later=PACKAGE_LATER, given=None):
+def _in_sys_modules(name):
+    """The names in sys.modules of package NAME and its modules."""
+    return [key for key in sys.modules if key == name or key.startswith(name + ".")]
+
+
+def _load_package(directory, name, modules=PACKAGE_MODULES, later=PACKAGE_LATER, given=None, lazy=False):
     """The package in DIRECTORY (its __init__.py and its MODULES, and those
     of LATER it holds), loaded under NAME, afresh each time this module is
     loaded: a minion that reloads its modules after a sync runs the new node
     program, not the one it first imported. GIVEN: {name: value} set on the
     package before any of its modules is imported (what the front gives its
-    rooms). Never writes bytecode: a release's files are what its manifest
-    says, and nothing else."""
-    for key in [key for key in sys.modules if key == name or key.startswith(name + ".")]:
+    rooms). LAZY: only its __init__.py now, and each of those modules at its
+    first use, as an attribute of the package (_first_use): a call loads
+    only the modules it uses. Never writes bytecode: a release's files are
+    what its manifest says, and nothing else."""
+    for key in _in_sys_modules(name):
         del sys.modules[key]
     spec = importlib.util.spec_from_file_location(name, os.path.join(directory, "__init__.py"),
                                                   submodule_search_locations=[directory])
@@ -56,18 +63,52 @@ def _load_package(directory, name, modules=PACKAGE_MODULES, later=PACKAGE_LATER,
         spec.loader.exec_module(module)
         for key, value in (given or {}).items():
             setattr(module, key, value)
+        if lazy:
+            module.__getattr__ = _first_use(module, directory, modules, later)
+            return module
         for sub in modules:
             setattr(module, sub, importlib.import_module(f"{name}.{sub}"))
         for sub in later:
             if os.path.isfile(os.path.join(directory, f"{sub}.py")):
                 setattr(module, sub, importlib.import_module(f"{name}.{sub}"))
     except BaseException:
-        for key in [key for key in sys.modules if key == name or key.startswith(name + ".")]:
+        for key in _in_sys_modules(name):
             del sys.modules[key]
         raise
     finally:
         sys.dont_write_bytecode = writes
     return module
+
+
+def _first_use(package, directory, modules, later):
+    """The __getattr__ of PACKAGE, loaded lazily from DIRECTORY: its module
+    SUB (of MODULES, or of LATER when DIRECTORY holds it) imported at its
+    first use, then an attribute of PACKAGE. When a later load of this module
+    put its own package under PACKAGE's name (verify's state run loads it
+    anew), PACKAGE's modules are in sys.modules while SUB imports, then the
+    later load's again: SUB and what it imports are PACKAGE's."""
+    name = package.__name__
+
+    def __getattr__(sub):
+        if sub not in modules and not (sub in later and os.path.isfile(os.path.join(directory, f"{sub}.py"))):
+            raise AttributeError(f"module {name!r} has no attribute {sub!r}")
+        displaced = sys.modules.get(name) is not package
+        if displaced:
+            saved = {key: sys.modules.pop(key) for key in _in_sys_modules(name)}
+            sys.modules[name] = package
+            sys.modules.update({f"{name}.{key}": value for key, value in vars(package).items()
+                                if getattr(value, "__name__", None) == f"{name}.{key}"})
+        writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+        try:
+            return importlib.import_module(f"{name}.{sub}")
+        finally:
+            sys.dont_write_bytecode = writes
+            if displaced:
+                for key in _in_sys_modules(name):
+                    del sys.modules[key]
+                sys.modules.update(saved)
+
+    return __getattr__
 
 
 def _grains_host():
@@ -76,24 +117,34 @@ def _grains_host():
 
 def _synced():
     """(the node program synced beside this file, the Salt side's rooms,
-    None) or (None, None, why)."""
+    None) or (None, None, why): each __init__.py, its modules at their first
+    use (Salt loads this module for a call of any of its functions). A
+    module missing (a sync cut short) is a why, as a package that fails to load is."""
     here = os.path.dirname(os.path.abspath(__file__))
     directory = os.path.join(here, PACKAGE)
     try:
-        node = _load_package(directory, "_epilog_node_synced")
-        directory = os.path.join(here, FRONT)
+        missing = [sub for sub in ("__init__", *PACKAGE_MODULES) if not os.path.isfile(os.path.join(directory, f"{sub}.py"))]
+        node = _load_package(directory, "_epilog_node_synced", lazy=True)
+        if not missing:
+            directory = os.path.join(here, FRONT)
+            missing = [sub for sub in ("__init__", *FRONT_ROOMS) if not os.path.isfile(os.path.join(directory, f"{sub}.py"))]
+        if missing:
+            raise FileNotFoundError(f"no {', '.join(f'{sub}.py' for sub in missing)}")
         front = _load_package(directory, "_epilog_front_synced", FRONT_ROOMS, (),
-                              {"NODE": node, "PACKAGE": PACKAGE, "GRAINS_HOST": _grains_host})
+                              {"NODE": node, "PACKAGE": PACKAGE, "GRAINS_HOST": _grains_host}, lazy=True)
         return node, front, None
     except Exception as exc:  # noqa: BLE001 - whatever it is, the loader gets a reason, not a traceback
         return None, None, f"cannot load {directory} ({type(exc).__name__}: {exc}): run saltutil.sync_modules"
 
 
 _node, _front, _NODE_MISSING = _synced()
-if _node is not None:
-    _trust = _node.system.Trust
-    common, slurmconf, slurmd, pampolicy, releases, checks, between, support = (
-        getattr(_front, room) for room in FRONT_ROOMS)
+
+
+def __getattr__(name):
+    """A room (FRONT_ROOMS) as an attribute of this module (epilog.checks), loaded at its first use."""
+    if name in FRONT_ROOMS and _front is not None:
+        return getattr(_front, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _given():
@@ -109,7 +160,7 @@ def _release_program(chain, current):
     if not os.path.isdir(directory):
         raise CommandExecutionError(f"the current release {current} predates the node program (epilog_node/): "
                                     "apply the state epilog to explain with it")
-    trust = _trust()
+    trust = _node.system.Trust()
     for name in sorted(os.listdir(directory)):
         path = os.path.join(directory, name)
         if name.endswith(".py") and not trust.root_file(path):
@@ -137,7 +188,7 @@ def conf_trust(uid, mode, regular, placed, slurm_uid):
     regular file, or in a directory another account can write): what it
     says proves nothing. The one rule verify and chain_wired judge every
     slurm.conf by."""
-    return slurmconf.conf_trust(uid, mode, regular, placed, slurm_uid)
+    return _front.slurmconf.conf_trust(uid, mode, regular, placed, slurm_uid)
 
 
 def parse_slurm_conf(path):
@@ -153,13 +204,13 @@ def parse_slurm_conf(path):
     Include lines are answered in bounded time), and each bound it reached
     is one of the problems, [slurm-conf-cut]. Names are shown escaped
     (_shown)."""
-    return slurmconf.parse_slurm_conf(path)
+    return _front.slurmconf.parse_slurm_conf(path)
 
 
 def prolog_flags(value):
     """The flags (lower case) Slurm sets for PrologFlags=VALUE, each flag
     with the ones it sets."""
-    return slurmconf.prolog_flags(value)
+    return _front.slurmconf.prolog_flags(value)
 
 
 def slurmd_argv(argv):
@@ -167,7 +218,7 @@ def slurmd_argv(argv):
     slurmd command line ARGV, read as slurmd's getopt_long reads it: short
     options clustered (-Df /x), an argument joined (-f/x) or the next word,
     a long option by any unique prefix (--conf-s=host), -- the end."""
-    return slurmd.slurmd_argv(argv)
+    return _front.slurmd.slurmd_argv(argv)
 
 
 def slurmd_resolves(argv, env, default_conf, exists):
@@ -182,7 +233,7 @@ def slurmd_resolves(argv, env, default_conf, exists):
     cache is in slurmd's spool (the caller finds it); with no -f or
     SLURM_CONF and a default that cannot be told, (None, "unknown"). how:
     reconf-cache, -f, SLURM_CONF, default, configless, unknown."""
-    return slurmd.slurmd_resolves(argv, env, default_conf, exists)
+    return _front.slurmd.slurmd_resolves(argv, env, default_conf, exists)
 
 
 def __virtual__():
@@ -203,27 +254,15 @@ def _config(validate=True):
     laid-down files of its own, and a bad pillar fails here with the message the state gives.
     VALIDATE=False: the same merge without the checks, for the recovery
     operations, which must work under the pillar that broke a deploy; they
-    check the one setting they use themselves (_recovery_settings)."""
-    try:
-        rendered = __salt__["slsutil.renderer"](  # noqa: F821 - a Salt dunder
-            path="salt://epilog/settings.jinja", default_renderer="jinja|json", tpldir="epilog",
-            validate=bool(validate), family=True)
-    except Exception as exc:
-        text = str(exc)
-        found = re.search(r"Jinja error: ([^\n]*)", text)
-        raise CommandExecutionError(f"the epilog settings do not render: {found.group(1) if found else text}") from exc
-    if not isinstance(rendered, dict) or not all(isinstance(rendered.get(key), dict)
-                                                 for key in ("settings", "rules", "layout")):
-        raise CommandExecutionError("the epilog settings do not render: salt://epilog/settings.jinja is not "
-                                    f"served to this minion, or is not the formula's (got {rendered!r:.200})")
-    family = rendered.get("family") if isinstance(rendered.get("family"), dict) else {}
-    return {**rendered["settings"], **family}, rendered["rules"], rendered["layout"]
+    check the one setting they use themselves (_recovery_settings). Read
+    once in a call (_one_call) of this module (common._config)."""
+    return _front.common._config(__salt__["slsutil.renderer"], validate, _front)  # noqa: F821 - a Salt dunder
 
 
 def _settings():
     """(settings, chain): the validated settings and where their chain is."""
     settings, _, layout = _config()
-    return settings, common._Chain(settings["slurm_config_dir"], layout)
+    return settings, _front.common._Chain(settings["slurm_config_dir"], layout)
 
 
 def _recovery_settings():
@@ -234,7 +273,7 @@ def _recovery_settings():
     if not isinstance(confdir, str) or not re.match(rules["path"], confdir) or re.search(rules["path_dots"], confdir):
         raise CommandExecutionError(f"epilog:slurm_config_dir ({confdir!r}) must be an absolute path of letters, "
                                     "digits and . _ + @ - without . or .. components")
-    return settings, common._Chain(confdir, layout)
+    return settings, _front.common._Chain(confdir, layout)
 
 
 def sweep(test=None, job=None, user=None, budget=None, remove_ipc=False, **kwargs):
@@ -300,7 +339,7 @@ def sweep(test=None, job=None, user=None, budget=None, remove_ipc=False, **kwarg
         salt '*' epilog.sweep job=1234 user=alice
         salt '*' epilog.sweep remove_ipc=True
     """
-    return between.sweep(_given(), test, job, user, budget, remove_ipc, **kwargs)
+    return _front.between.sweep(_given(), test, job, user, budget, remove_ipc, **kwargs)
 
 
 def schedule_held():
@@ -318,7 +357,7 @@ def schedule_held():
 
         salt-call epilog.schedule_held
     """
-    return between.schedule_held(_given())
+    return _front.between.schedule_held(_given())
 
 
 def chain_wired(slurm_config_dir=None):
@@ -345,8 +384,8 @@ def chain_wired(slurm_config_dir=None):
         salt-call epilog.chain_wired
         salt-call epilog.chain_wired slurm_config_dir=/etc/slurm-old
     """
-    with common._one_call():
-        return slurmd._chain_wired(slurm_config_dir, _config())
+    with _front.common._one_call():
+        return _front.slurmd._chain_wired(slurm_config_dir, _config())
 
 
 def verify(expect=None, verbose=False):
@@ -407,8 +446,8 @@ def verify(expect=None, verbose=False):
         salt 'slurm-work-01' epilog.verify verbose=True
         salt 'slurm-work-*' epilog.verify | grep -F '[slurm-conf-epilog]'
     """
-    with common._one_call():
-        return checks._verify(expect, verbose, _given())
+    with _front.common._one_call():
+        return _front.checks._verify(expect, verbose, _given())
 
 
 def pam_file(manage=None):
@@ -436,7 +475,7 @@ def pam_file(manage=None):
 
         salt 'slurm-work-01' epilog.pam_file
     """
-    return pampolicy.pam_file(_given(), manage)
+    return _front.pampolicy.pam_file(_given(), manage)
 
 
 def pam_clean():
@@ -459,7 +498,7 @@ def pam_clean():
 
         salt 'slurm-work-01' epilog.pam_clean
     """
-    return pampolicy.pam_clean(_given())
+    return _front.pampolicy.pam_clean(_given())
 
 
 def rollback(test=None, checkpoint=None):
@@ -500,7 +539,7 @@ def rollback(test=None, checkpoint=None):
         salt -b 1 'slurm-work-*' epilog.rollback
         salt 'slurm-work-*' epilog.rollback checkpoint=rollout-20261201T1000-1a2b3c
     """
-    return releases.rollback(_given(), test, checkpoint)
+    return _front.releases.rollback(_given(), test, checkpoint)
 
 
 def checkpoint(name, test=None):
@@ -527,7 +566,7 @@ def checkpoint(name, test=None):
 
         salt 'slurm-work-*' epilog.checkpoint before-upgrade
     """
-    return releases.checkpoint(_given(), name, test)
+    return _front.releases.checkpoint(_given(), name, test)
 
 
 def strays(kill=False, test=None, **kwargs):
@@ -572,7 +611,7 @@ def strays(kill=False, test=None, **kwargs):
         salt 'slurm-work-17' epilog.strays kill=True test=True
         salt 'slurm-work-17' epilog.strays kill=True
     """
-    return between.strays(_given(), kill, test, **kwargs)
+    return _front.between.strays(_given(), kill, test, **kwargs)
 
 
 def explain(user, job=None):
@@ -599,7 +638,7 @@ def explain(user, job=None):
         salt 'slurm-work-01' epilog.explain user=je.kim
         salt 'slurm-work-01' epilog.explain user=je.kim job=4711
     """
-    return support.explain(_given(), user, job)
+    return _front.support.explain(_given(), user, job)
 
 
 def report(since=None, user=None, job=None):
@@ -645,4 +684,4 @@ def report(since=None, user=None, job=None):
         salt 'slurm-work-17' epilog.report since=12h user=je.kim
         salt 'slurm-work-17' epilog.report job=4711
     """
-    return support.report(_given(), since, user, job)
+    return _front.support.report(_given(), since, user, job)

@@ -2,7 +2,9 @@
 thin front that Salt loads (each public function there is its docstring,
 its arguments and one call into its room here). Synced with the front from
 ``_modules/`` and loaded the way the node program is (epilog.py's
-_load_package: afresh on each module load, never writing bytecode). No
+_load_package: afresh on each module load, each room at its first use,
+never writing bytecode; a room that only some functions need is imported
+inside them, so a call loads only the rooms it uses). No
 release holds these files and no node runs them: layout.yaml's package is
 ``epilog_node`` alone.
 

@@ -15,8 +15,6 @@ from salt.exceptions import CommandExecutionError
 from . import NODE as _node
 from . import PACKAGE
 from .common import SCHEDULE_ENTRIES, _Chain, _root_only, _trust
-from .releases import PYTHON, _current_release
-from .slurmd import _slurmd_view
 
 
 def sweep(salt, test=None, job=None, user=None, budget=None, remove_ipc=False, **kwargs):
@@ -182,6 +180,11 @@ def _between_jobs_record(salt, settings, stage, start, source, parts, stopped=No
 def _strays_program(settings, chain, args):
     """The report of the current release's strays program (ARGS: kill,
     test, source, ipc_only), run as its job ends run it."""
+    # the rooms of the release and of the running slurmds: loaded only by a
+    # look that runs the program (a sweep with no IPC objects to look at runs none)
+    from .releases import PYTHON, _current_release  # pylint: disable=import-outside-toplevel
+    from .slurmd import _slurmd_view  # pylint: disable=import-outside-toplevel
+
     release_dir, current = _current_release(chain)
     if not os.path.isfile(os.path.join(release_dir, PACKAGE, "strays.py")):
         raise CommandExecutionError(f"release {current} has no epilog.strays: state.apply epilog first")

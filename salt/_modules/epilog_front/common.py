@@ -5,9 +5,13 @@ roots they are read in), a process's paths resolved in its root
 root-only checks (epilog_node/system.py's Trust)."""
 
 import contextlib
+import copy
 import os
 import posixpath
+import re
 import threading
+
+from salt.exceptions import CommandExecutionError
 
 from . import NODE as _node
 
@@ -63,6 +67,35 @@ def _memo():
     """The memo of the call this thread is in, or None (outside a call:
     nothing is kept)."""
     return getattr(threading.current_thread(), _MEMO, None)
+
+
+def _config(renderer, validate, owner):
+    """epilog._config's (settings, rules, layout) (its docstring), rendered
+    from salt://epilog/settings.jinja by RENDERER (Salt's slsutil.renderer).
+    In a call (_one_call) it is rendered once for each VALIDATE and OWNER
+    (the rooms of one load of the module: a module loaded anew inside the
+    call, as verify's state run loads it, renders under its own pillar), and
+    each asker gets a copy of its own."""
+    memo, key = _memo(), ("config", bool(validate), owner)
+    rendered = memo.get(key) if memo is not None else None
+    if rendered is None:
+        try:
+            rendered = renderer(path="salt://epilog/settings.jinja", default_renderer="jinja|json", tpldir="epilog",
+                                validate=bool(validate), family=True)
+        except Exception as exc:
+            text = str(exc)
+            found = re.search(r"Jinja error: ([^\n]*)", text)
+            raise CommandExecutionError(f"the epilog settings do not render: {found.group(1) if found else text}") from exc
+        if not isinstance(rendered, dict) or not all(isinstance(rendered.get(part), dict)
+                                                     for part in ("settings", "rules", "layout")):
+            raise CommandExecutionError("the epilog settings do not render: salt://epilog/settings.jinja is not "
+                                        f"served to this minion, or is not the formula's (got {rendered!r:.200})")
+        if memo is not None:
+            memo[key] = rendered
+    if memo is not None:
+        rendered = copy.deepcopy(rendered)
+    family = rendered.get("family") if isinstance(rendered.get("family"), dict) else {}
+    return {**rendered["settings"], **family}, rendered["rules"], rendered["layout"]
 
 
 # -- paths inside a process's root (epilog_node/roots.py) -------------------

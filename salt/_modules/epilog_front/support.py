@@ -10,14 +10,17 @@ from salt.exceptions import CommandExecutionError
 
 from . import NODE as _node
 from .common import _shown, _trust
-from .pampolicy import _ssh_sessions
-from .releases import _ACTS, _current_release
-from .slurmd import _slurmd_view
 
 
 def explain(salt, user, job=None):
     """epilog.explain's work (its docstring in epilog.py)."""
     import pwd  # pylint: disable=import-outside-toplevel
+
+    # explain's rooms alone: report loads none of them
+    from .pampolicy import _ssh_sessions  # pylint: disable=import-outside-toplevel
+    from .releases import _ACTS, _current_release  # pylint: disable=import-outside-toplevel
+    from .slurmd import _slurmd_view  # pylint: disable=import-outside-toplevel
+
     if not isinstance(user, str) or not user:
         # Salt reads user=no as False and user=123 as a number: a name is a string.
         raise CommandExecutionError(f"user must be an account name, and Salt read this one as {user!r}: quote a "
