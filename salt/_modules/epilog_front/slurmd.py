@@ -548,14 +548,11 @@ def _job_container(conf, found, settings, node):
         return info, [f"[job-container-spool-untrusted] {spool} is not a directory only root can write: which jobs "
                       "run here cannot be told, and BasePath is not checked for stale job directories"]
     try:
-        names = _entries_in(pid, spool, None, lambda name: "_" in name and "." in name, strict=True)
+        running = set(_node.evidence.step_jobs(_entries_in(pid, spool, None, _node.evidence.step_name, strict=True)))
     except OSError as exc:
         return info, [f"[job-container-spool-unreadable] {spool} cannot be read ({exc.strerror}): BasePath is not "
                       "checked for stale job directories"]
-    running, warnings = set(), []
-    for name, mode in names:
-        if stat.S_ISSOCK(mode):
-            running.add(name.rsplit("_", 1)[1].split(".", 1)[0])
+    warnings = []
     for base, entries in listed.items():
         stale = _node.evidence.stale_job_dirs(base, node, entries, running)
         if stale:
@@ -567,11 +564,10 @@ def _job_container(conf, found, settings, node):
 
 
 def _entries_in(pid, directory, limit, wanted, strict=False):
-    """[(name, lstat mode)] of the first LIMIT names (None: all) in
-    DIRECTORY, a path in the root of process PID (None: this process's),
-    resolved there and listed through its descriptor; only the names
-    WANTED(name) are stat'ed and given (one gone meanwhile is left out).
-    None when DIRECTORY cannot be listed, unless STRICT: then OSError."""
+    """system.entries_in of DIRECTORY, a path in the root of process PID
+    (None: this process's), resolved there and listed through its
+    descriptor. None when DIRECTORY cannot be listed, unless STRICT: then
+    OSError."""
     try:
         with _root(pid) as root:
             fd = root.resolve(directory)[0]
@@ -580,15 +576,7 @@ def _entries_in(pid, directory, limit, wanted, strict=False):
         finally:
             os.close(fd)
         try:
-            names = os.listdir(listed)
-            out = []
-            for name in names[:limit] if limit else names:
-                if wanted(name):
-                    try:
-                        out.append((name, os.stat(name, dir_fd=listed, follow_symlinks=False).st_mode))
-                    except OSError:
-                        continue
-            return out
+            return _node.system.entries_in(listed, wanted, limit)
         finally:
             os.close(listed)
     except (OSError, ValueError):

@@ -364,6 +364,22 @@ def read_in(directory_fd, name, limit):
         os.close(fd)
 
 
+def entries_in(directory_fd, wanted, limit=None):
+    """[(name, lstat mode)] of the first LIMIT names (None: all) in the
+    directory open at DIRECTORY_FD: only the names WANTED(name) are
+    stat'ed and given (one gone meanwhile is left out). OSError when the
+    directory cannot be listed."""
+    names = os.listdir(directory_fd)
+    out = []
+    for name in names[:limit] if limit else names:
+        if wanted(name):
+            try:
+                out.append((name, os.stat(name, dir_fd=directory_fd, follow_symlinks=False).st_mode))
+            except OSError:
+                continue
+    return out
+
+
 def status_in(proc_fd):
     """status() of the process whose /proc/PID directory PROC_FD is, or
     None when it has ended."""
