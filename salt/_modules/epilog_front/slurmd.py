@@ -38,7 +38,7 @@ def _running_slurmds():
     environment, maps, namespace) is refused if the pid has been taken by
     another process since (roots.Root's check)."""
     out, memo = [], _memo()
-    for pid in filter(_node.system.digits, os.listdir("/proc")):
+    for pid in _node.system.pids():
         try:
             proc = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
@@ -396,17 +396,13 @@ _HOW = {"-f": "its -f", "SLURM_CONF": "SLURM_CONF in its environment", "default"
 
 
 def _started(pid):
-    """When process PID started (an epoch), from /proc (the fields after
-    its name's last ') '), or None; a slurmd's as _running_slurmds found
-    it, in a call."""
+    """When process PID started (an epoch), system.started of its
+    system.stat_text, or None; a slurmd's as _running_slurmds found it, in
+    a call."""
     memo = _memo()
     if memo is not None and ("started", pid) in memo:
         return memo[("started", pid)]
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return _node.system.started(handle.read(4096))
-    except OSError:
-        return None
+    return _node.system.started(_node.system.stat_text(pid))
 
 
 def _changed_since_start(conf, how, pid):

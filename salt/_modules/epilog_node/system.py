@@ -453,14 +453,21 @@ def alive(fields):
     return state not in ("Z", "X") or threads > 1
 
 
+def stat_text(pid):
+    """The text of /proc/PID/stat (its first 4096 bytes), or b"" when there
+    is no such process."""
+    try:
+        return read_file("/proc/%s/stat" % pid, 4096)
+    except OSError:
+        return b""
+
+
 def ppid(pid):
     """PID's parent, from /proc/PID/stat (the name in it may hold anything:
     the fields after its last ') ' count), or None."""
     try:
-        with open("/proc/%s/stat" % pid, "rb") as handle:
-            data = handle.read(4096)
-        return int(data.rsplit(b") ", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
+        return int(stat_text(pid).rsplit(b") ", 1)[1].split()[1])
+    except (IndexError, ValueError):
         return None
 
 
