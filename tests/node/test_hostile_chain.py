@@ -12,18 +12,22 @@ import signal
 import stat
 import subprocess
 import tempfile
+import types
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import (
     ACCOUNTS,
+    LAYOUT,
+    REPO,
     as_user,
     end,
     hostile,
     kill_all_of,
     laid_down,
     live_processes_of,
+    load_file,
     owned_file,
     process_uids,
     require_tools,
@@ -775,8 +779,22 @@ def test_a_site_part_another_account_can_write_never_runs_as_root(own_chain, tmp
     assert ret.returncode == 0
     assert sorted(p.name for p in ran.iterdir()) == ["ok"]
     log = c.log_text()
-    for name in ("11-group-writable", "12-slurm-owned", "13-link-to-slurms", "14-link-to-roots"):
-        assert f"skipping {name}: " in log and "a symlink, not root's or writable by group or others" in log, name
+    site = c.conf_dir / "epilog.d"
+    said = {"11-group-writable": f"{site}/11-group-writable is owned by uid 0 or writable by group or others (mode 0775)",
+            "12-slurm-owned": f"{site}/12-slurm-owned is owned by uid {slurm_uid} or writable by group or others (mode "
+                              "0755)",
+            "13-link-to-slurms": f"{site}/13-link-to-slurms is a symlink: ",
+            "14-link-to-roots": f"{site}/14-link-to-roots is a symlink: "}
+    logged = dict(re.findall(r"skipping (\S+): (.*)", log))
+    assert "10-site-ok" not in logged and "41-lastuserjob-ssh" not in logged, logged
+    for name, why in said.items():
+        assert logged.get(name, "").startswith(why), (name, logged)
+    # verify says what the runner logged, word for word, with its code
+    module = load_file(REPO / "_modules/epilog.py", "epilog_module_hostile_site_parts")
+    looked = types.SimpleNamespace(problems=[], chain=module.common._Chain(str(c.conf_dir), LAYOUT))
+    module.checks._site_parts(looked)
+    assert looked.problems == [f"[site-part-{'symlink' if '-link-' in name else 'not-root-only'}] {logged[name]}; "
+                               "the runner skips it" for name in sorted(said)]
     # the same parts, with the directory itself writable by slurm: none runs
     shutil.chown(c.conf_dir / "epilog.d", "slurm")
     try:
@@ -786,7 +804,8 @@ def test_a_site_part_another_account_can_write_never_runs_as_root(own_chain, tmp
     assert ret.returncode == 0
     (ran / "ok").unlink()
     assert not list(ran.iterdir())
-    assert "job=4243" in c.log_text() and "skipping 10-site-ok: " in c.log_text()
+    assert "job=4243" in c.log_text() and f"skipping 10-site-ok: {site} is not a directory only root can write" \
+        in c.log_text()
 
 
 @pytest.mark.parametrize("where,counts", [("beside-the-running-slurmd", True), ("in-a-directory-others-can-write", False),

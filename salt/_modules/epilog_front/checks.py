@@ -347,31 +347,16 @@ def _config_dir(v):
 
 
 def _site_parts(v):
-    """Each site part of the chain's site directories: a regular file of root's only root can write."""
+    """Each site part of the chain's site directories the runner would skip (runner.admit_site_part)."""
     problems, chain = v.problems, v.chain
-    for stage in chain.site_dirs:
-        site_dir = os.path.join(chain.confdir, stage)
-        try:
-            names = sorted(os.listdir(site_dir))
-        except OSError:
-            continue
-        for name in names:
-            path = os.path.join(site_dir, name)
-            if not re.fullmatch(r"[0-9]{2}-[A-Za-z0-9_-]+", name):
-                continue
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                problems.append(f"[site-part-symlink] {path} is a symlink: the runner runs only regular files of "
-                                "root's as site parts (what a link points to may sit where another account can "
-                                "write); it skips it")
-            elif stat.S_ISREG(st.st_mode) and st.st_mode & 0o111 and (st.st_uid != 0 or st.st_mode & 0o022):
-                problems.append(f"[site-part-not-root-only] {path} is run by root at every job end, but it is owned "
-                                f"by uid {st.st_uid} or writable by group or others (mode "
-                                f"{stat.S_IMODE(st.st_mode):04o}): that account runs code as root; the runner skips "
-                                "it")
+    # a directory another account can write is named on its own
+    # ([managed-dir-not-root-only], [config-dir-not-root-only])
+    codes = {"symlink": "[site-part-symlink] ", "owner": "[site-part-not-root-only] "}
+    for stage, taken in chain.formula_names.items():
+        site_dir = os.path.join(chain.confdir, chain.parts_dirs[stage])
+        for _, _, admitted in sorted(_node.runner.site_parts(site_dir, taken, _trust())):
+            if admitted.kind in codes:
+                problems.append(f"{codes[admitted.kind]}{admitted.why}; the runner skips it")
 
 
 def _localusers(v):

@@ -218,7 +218,9 @@ class _Chain:
         self.scripts = set(scripts.values())
         # stage: the runner's path in a release, which is also its entry's name
         self.runners = {stage: scripts[f"runner-{stage}"] for stage in ("epilog", "prolog")}
-        self.site_dirs = list(layout["directories"])
+        # stage: the names of the formula's parts, now and before (a site part so named never runs)
+        self.formula_names = {stage: _node.runner.part_names(layout["scripts"] + layout["retired"], stage)
+                              for stage in self.runners}
         # stage: the directory of its parts, in a release and beside it
         self.parts_dirs = {script["stage"]: os.path.dirname(script["path"]) for script in layout["scripts"]
                            if os.path.dirname(script["path"])}

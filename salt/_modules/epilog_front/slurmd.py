@@ -38,7 +38,7 @@ def _running_slurmds():
     environment, maps, namespace) is refused if the pid has been taken by
     another process since (roots.Root's check)."""
     out, memo = [], _memo()
-    for pid in filter(_node.system.digits, os.listdir("/proc")):
+    for pid in _node.system.pids():
         try:
             proc = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
@@ -396,17 +396,13 @@ _HOW = {"-f": "its -f", "SLURM_CONF": "SLURM_CONF in its environment", "default"
 
 
 def _started(pid):
-    """When process PID started (an epoch), from /proc (the fields after
-    its name's last ') '), or None; a slurmd's as _running_slurmds found
-    it, in a call."""
+    """When process PID started (an epoch), system.started of its
+    system.stat_text, or None; a slurmd's as _running_slurmds found it, in
+    a call."""
     memo = _memo()
     if memo is not None and ("started", pid) in memo:
         return memo[("started", pid)]
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return _node.system.started(handle.read(4096))
-    except OSError:
-        return None
+    return _node.system.started(_node.system.stat_text(pid))
 
 
 def _changed_since_start(conf, how, pid):
@@ -548,14 +544,11 @@ def _job_container(conf, found, settings, node):
         return info, [f"[job-container-spool-untrusted] {spool} is not a directory only root can write: which jobs "
                       "run here cannot be told, and BasePath is not checked for stale job directories"]
     try:
-        names = _entries_in(pid, spool, None, lambda name: "_" in name and "." in name, strict=True)
+        running = set(_node.evidence.step_jobs(_entries_in(pid, spool, None, _node.evidence.step_name, strict=True)))
     except OSError as exc:
         return info, [f"[job-container-spool-unreadable] {spool} cannot be read ({exc.strerror}): BasePath is not "
                       "checked for stale job directories"]
-    running, warnings = set(), []
-    for name, mode in names:
-        if stat.S_ISSOCK(mode):
-            running.add(name.rsplit("_", 1)[1].split(".", 1)[0])
+    warnings = []
     for base, entries in listed.items():
         stale = _node.evidence.stale_job_dirs(base, node, entries, running)
         if stale:
@@ -567,11 +560,10 @@ def _job_container(conf, found, settings, node):
 
 
 def _entries_in(pid, directory, limit, wanted, strict=False):
-    """[(name, lstat mode)] of the first LIMIT names (None: all) in
-    DIRECTORY, a path in the root of process PID (None: this process's),
-    resolved there and listed through its descriptor; only the names
-    WANTED(name) are stat'ed and given (one gone meanwhile is left out).
-    None when DIRECTORY cannot be listed, unless STRICT: then OSError."""
+    """system.entries_in of DIRECTORY, a path in the root of process PID
+    (None: this process's), resolved there and listed through its
+    descriptor. None when DIRECTORY cannot be listed, unless STRICT: then
+    OSError."""
     try:
         with _root(pid) as root:
             fd = root.resolve(directory)[0]
@@ -580,15 +572,7 @@ def _entries_in(pid, directory, limit, wanted, strict=False):
         finally:
             os.close(fd)
         try:
-            names = os.listdir(listed)
-            out = []
-            for name in names[:limit] if limit else names:
-                if wanted(name):
-                    try:
-                        out.append((name, os.stat(name, dir_fd=listed, follow_symlinks=False).st_mode))
-                    except OSError:
-                        continue
-            return out
+            return _node.system.entries_in(listed, wanted, limit)
         finally:
             os.close(listed)
     except (OSError, ValueError):

@@ -249,22 +249,17 @@ class NodeFacts:
         return None
 
     def spool_jobs(self):
-        """The job ids of the step sockets (<node>_<job>.<step>) in the spool."""
-        out = []
+        """The job ids of the step sockets in the spool (step_jobs)."""
         try:
-            names = os.listdir(self.spool_dir)
+            fd = os.open(self.spool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
-            return out
-        for name in names:
-            if "_" not in name or "." not in name:
-                continue
-            try:
-                if not stat.S_ISSOCK(os.lstat(os.path.join(self.spool_dir, name)).st_mode):
-                    continue
-            except OSError:
-                continue
-            out.append(name.rsplit("_", 1)[1].split(".", 1)[0])
-        return out
+            return []
+        try:
+            return step_jobs(system.entries_in(fd, step_name))
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
 
     def stepds(self, job):
         """(found, {pid: job}): found is 0 when root runs any process named
@@ -323,6 +318,19 @@ class NodeFacts:
         if self._squeue is None:
             self._squeue = self.slurm.squeue()
         return self._squeue
+
+
+def step_name(name):
+    """NAME may be a step socket's in slurmd's spool: <node>_<job>.<step>."""
+    return "_" in name and "." in name
+
+
+def step_jobs(entries):
+    """The job ids of the step sockets among ENTRIES, [(name, lstat mode)]
+    of slurmd's spool: each socket of a step_name, <node>_<job>.<step>
+    (slurmstepd's, one per step while it runs), gives its <job>."""
+    return [name.rsplit("_", 1)[1].split(".", 1)[0] for name, mode in entries
+            if step_name(name) and stat.S_ISSOCK(mode)]
 
 
 def stale_job_dirs(base, node, entries, running):

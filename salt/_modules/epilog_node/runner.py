@@ -21,6 +21,7 @@ job end with these facts would decide, from the same code, and runs,
 writes, locks and logs nothing.
 """
 import os
+import stat
 import sys
 import time
 
@@ -36,6 +37,90 @@ def load(release_dir):
     state renders from map.jinja's merge, and nothing else."""
     data = system.loads(system.read_file(os.path.join(release_dir, SETTINGS), 4 << 20).decode("utf-8"))
     return data["settings"], data["rules"], data["layout"]
+
+
+def part_names(entries, stage):
+    """The names of ENTRIES (layout.yaml's scripts, or its retired) that
+    are parts of STAGE (in <stage>.d/)."""
+    prefix = stage + ".d/"
+    return [os.path.basename(entry["path"]) for entry in entries if entry["path"].startswith(prefix)]
+
+
+def listed(directory):
+    """The names in DIRECTORY; none when it cannot be listed."""
+    try:
+        return os.listdir(directory)
+    except OSError:
+        return []
+
+
+def run_parts_name(name):
+    """NAME is a part's as run-parts takes it (two digits, a dash, then
+    letters, digits, _ and -): an editor's or a package's leftover is not."""
+    return len(name) > 3 and system.digits(name[:2]) and name[2] == "-" and system.plain(name[3:], "_-")
+
+
+# Whether the chain runs a file in a site's part directory: RUNS, and when
+# it does not, what of it KIND is ("symlink", "owner": its owner or mode,
+# "directory": the one it sits in) and WHY (the runner's log line and
+# epilog.verify's problem say it in these words)
+Admission = system.fields("Admission", "runs kind why")
+
+
+def admit_site_part(path, st, runnable, dir_ok, taken):
+    """The rule for a site part PATH (<slurm_config_dir>/<stage>.d/NAME),
+    which runs as root: from its lstat ST (None when it is gone), whether
+    it is a file the chain could run (RUNNABLE: a regular file, through a
+    symlink too, that can be executed), whether its directory is one only
+    root can write (DIR_OK, system.Trust.root_only), and TAKEN, the names
+    of the formula's parts of its stage, now and in earlier versions.
+    None when the chain does not take it for a part at all: a name that is
+    not run-parts' (an editor's or a package's leftover), one of TAKEN (the
+    release's copy is the one that runs; an old copy laid down in place is
+    never the site's), gone, or no executable file. Else an Admission: it
+    runs only when it is a regular file (not a symlink: what a link points
+    to may sit where another account can write), root's, that nobody else
+    can write, in a directory only root can write; nobody else can then
+    change it between this check and its run."""
+    name = os.path.basename(path)
+    if not run_parts_name(name) or name in taken or st is None or not runnable:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return Admission(False, "symlink",
+                         "%s is a symlink: the chain runs only regular files of root's as site parts (what a link "
+                         "points to may sit where another account can write)" % path)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        return Admission(False, "owner",
+                         "%s is owned by uid %d or writable by group or others (mode %04o): that account could run "
+                         "code as root at every job end" % (path, st.st_uid, stat.S_IMODE(st.st_mode)))
+    if not dir_ok:
+        return Admission(False, "directory",
+                         "%s is not a directory only root can write (it, or a directory above it, is a symlink, "
+                         "another account's or writable by one and not sticky): that account could change the "
+                         "part before it runs" % os.path.dirname(path))
+    return Admission(True, None, None)
+
+
+def site_parts(site_dir, taken, trust):
+    """[(name, path, Admission)] of the site's parts in SITE_DIR, in no
+    particular order: admit_site_part of each file there the chain takes
+    for a part (TAKEN: the formula's names of its stage, TRUST: a
+    system.Trust). The runner runs those it admits; epilog.verify names
+    those it does not."""
+    dir_ok = trust.root_only(site_dir)
+    out = []
+    for name in listed(site_dir):
+        if not run_parts_name(name) or name in taken:
+            continue
+        path = os.path.join(site_dir, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        admitted = admit_site_part(path, st, os.path.isfile(path) and os.access(path, os.X_OK), dir_ok, taken)
+        if admitted is not None:
+            out.append((name, path, admitted))
+    return out
 
 
 class Run(worker.Worker):
@@ -63,9 +148,8 @@ class Run(worker.Worker):
         }
         runner = next(script["path"] for script in layout["scripts"] if script["id"] == "runner-" + stage)
         self.source = source or runner
-        prefix = stage + ".d/"
-        self.own = [os.path.basename(s["path"]) for s in layout["scripts"] if s["path"].startswith(prefix)]
-        self.retired = [os.path.basename(r["path"]) for r in layout["retired"] if r["path"].startswith(prefix)]
+        self.own = part_names(layout["scripts"], stage)
+        self.retired = part_names(layout["retired"], stage)
         self.site_dir = os.path.join(confdir, stage + ".d")
         self.own_dir = os.path.join(release_dir, stage + ".d")
         self.job, self.user = env.get("SLURM_JOB_ID") or None, env.get("SLURM_JOB_USER")
@@ -238,51 +322,20 @@ class Run(worker.Worker):
     # -- the parts ----------------------------------------------------------------------
     def parts(self):
         """The release's own parts and the site's, merged in name order
-        (bytewise). A site part named as one of the formula's (or as one an
-        earlier version laid down) is never run: the release's copy is the
-        one. Only run-parts names count (this skips editor and package
-        leftovers). A site part runs as root: only a regular file (not a
-        symlink: what it points to may sit where another account can
-        write), root's, that nobody else can write, in a directory only root
-        can write; nobody else can then change it between this check and its
-        run. [(name, path, own, why not)]."""
-        def names(directory):
-            try:
-                return os.listdir(directory)
-            except OSError:
-                return []
-
-        def run_parts_name(name):
-            return len(name) > 3 and system.digits(name[:2]) and name[2] == "-" and system.plain(name[3:], "_-")
-
-        found = {}
-        for name in names(self.own_dir):
-            if name in self.own:
-                found[name] = (os.path.join(self.own_dir, name), True)
-        site_ok = self.trust.root_only(self.site_dir)
-        for name in names(self.site_dir):
-            if name in self.own or name in self.retired or not run_parts_name(name):
-                continue
-            found.setdefault(name, (os.path.join(self.site_dir, name), False))
+        (bytewise): the release's executable files of its parts' names, and
+        the site's as admit_site_part admits them. [(name, path, own, why
+        not)], WHY NOT the words admit_site_part says (None: it runs)."""
+        found = {name: (os.path.join(self.own_dir, name), True, None)
+                 for name in listed(self.own_dir) if name in self.own}
+        for name, path, admitted in site_parts(self.site_dir, self.own + self.retired, self.trust):
+            found[name] = (path, False, admitted)
         out = []
         for name in sorted(found, key=os.fsencode):
-            path, own = found[name]
-            if not run_parts_name(name):
-                continue
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            if own:
-                if os.path.isfile(path) and os.access(path, os.X_OK):
-                    out.append((name, path, True, None))
-                continue
-            if not os.path.isfile(path) or not os.access(path, os.X_OK):
-                continue
-            if not (site_ok and (st.st_mode & 0o170000) == 0o100000 and st.st_uid == 0 and not st.st_mode & 0o022):
-                out.append((name, path, False, "not root's alone"))
-            else:
-                out.append((name, path, False, None))
+            path, own, admitted = found[name]
+            if not own:
+                out.append((name, path, False, admitted.why))
+            elif run_parts_name(name) and os.path.isfile(path) and os.access(path, os.X_OK):
+                out.append((name, path, True, None))
         return out
 
     def elapsed(self):
@@ -318,8 +371,7 @@ class Run(worker.Worker):
             if own:
                 own_after -= 1
             if why:
-                entries.append(self.skip(name, "warning", "%s is not a directory only root can write, or the part "
-                                         "is a symlink, not root's or writable by group or others" % self.site_dir, why))
+                entries.append(self.skip(name, "warning", why, "not root's alone"))
                 continue
             # The chain's own deadline: a part gets at most part_timeout, and
             # never more than what is left of chain_timeout once the formula's

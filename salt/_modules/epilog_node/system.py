@@ -364,6 +364,22 @@ def read_in(directory_fd, name, limit):
         os.close(fd)
 
 
+def entries_in(directory_fd, wanted, limit=None):
+    """[(name, lstat mode)] of the first LIMIT names (None: all) in the
+    directory open at DIRECTORY_FD: only the names WANTED(name) are
+    stat'ed and given (one gone meanwhile is left out). OSError when the
+    directory cannot be listed."""
+    names = os.listdir(directory_fd)
+    out = []
+    for name in names[:limit] if limit else names:
+        if wanted(name):
+            try:
+                out.append((name, os.stat(name, dir_fd=directory_fd, follow_symlinks=False).st_mode))
+            except OSError:
+                continue
+    return out
+
+
 def status_in(proc_fd):
     """status() of the process whose /proc/PID directory PROC_FD is, or
     None when it has ended."""
@@ -437,14 +453,21 @@ def alive(fields):
     return state not in ("Z", "X") or threads > 1
 
 
+def stat_text(pid):
+    """The text of /proc/PID/stat (its first 4096 bytes), or b"" when there
+    is no such process."""
+    try:
+        return read_file("/proc/%s/stat" % pid, 4096)
+    except OSError:
+        return b""
+
+
 def ppid(pid):
     """PID's parent, from /proc/PID/stat (the name in it may hold anything:
     the fields after its last ') ' count), or None."""
     try:
-        with open("/proc/%s/stat" % pid, "rb") as handle:
-            data = handle.read(4096)
-        return int(data.rsplit(b") ", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
+        return int(stat_text(pid).rsplit(b") ", 1)[1].split()[1])
+    except (IndexError, ValueError):
         return None
 
 
