@@ -12,11 +12,27 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import local_minion, wait_for
+from tests.helpers import local_minion, mount_namespace, wait_for
+from tests.slurm.conftest import running_slurm
 
 JOB_ENDS = 200
 SWITCHES = 10
 RELEASE = re.compile(r" (\S+) job=([0-9]+) user=\S* release=([0-9a-f]{12}): ")
+
+
+@pytest.fixture(scope="module")
+def slurm(munge, accounts, slurm_release):
+    """The slurm fixture's Slurm, its slurmd (and so each job end's chain) in
+    a mount namespace of its own whose /tmp is a fresh tmpfs (1777, as a
+    node's): part 42 walks the jobs' /tmp, not the machine's. Which release
+    a job end ran is what is tested here, not the walk (tests/node and the
+    job-end tests hold it), and 200 walks of a machine's /tmp (a CI clone
+    with its venvs sits there, and the tiers' temporary directories) took
+    most of this test's time."""
+    with mount_namespace(fresh=("/tmp",)) as ns:
+        subprocess.run([*ns, "chmod", "1777", "/tmp"], check=True)
+        with running_slurm(slurm_release, place_slurmd=lambda s: (ns, str(s.conf))) as s:
+            yield s
 
 
 @pytest.fixture
