@@ -106,7 +106,7 @@ def test_prolog_50_grants_exactly_where_the_epilog_acts(tmp_path, monkeypatch, u
     nothing and says why in one line and the record's fact. The node's
     facts (the account database, login.defs) are the table's; the edit of
     the file itself is the node tier's (it is recorded here, not made)."""
-    parts, system = node("parts"), node("system")
+    allow, system = node("allow"), node("system")
     accounts = dict(ACCOUNTS, **EDGES)
     monkeypatch.setattr(guard, "resolve", accounts.get)
     monkeypatch.setattr(system, "login_defs", lambda: DEFS)
@@ -116,12 +116,12 @@ def test_prolog_50_grants_exactly_where_the_epilog_acts(tmp_path, monkeypatch, u
     ident = guard.identity(user, str(uid), accounts.get, RULES_CHARS)
     gate = guard.check(ident, user, str(path))
     edits, facts, lines = [], {}, []
-    monkeypatch.setattr(parts, "allow_edit", lambda ctx, op, name: edits.append((op, name)))
+    monkeypatch.setattr(allow, "allow_edit", lambda ctx, op, name: edits.append((op, name)))
     ctx = type("Ctx", (), {"identity": ident, "user": user, "names": {"localusers": str(path),
                                                                         "allow_file": "/etc/localusers"},
                            "log": lambda self, level, line: lines.append((level, line)),
                            "fact": lambda self, key, value: facts.__setitem__(key, value)})()
-    parts.grant_ssh(ctx)
+    allow.grant_ssh(ctx)
     assert gate.answer == answer, gate
     if answer == "act":
         assert edits == [("add", user)] and not lines
