@@ -209,12 +209,13 @@ def never_revoked(lines, verdict_of):
 
 
 def grant_ssh(ctx):
-    """50: the user's line, only for a user the lastuserjob parts act for
-    (guard.check, the one rule of both ends): a line part 39 would never
-    remove (a listed operator's, root's, a system account's, or one for a
-    user whose lookup failed) is never granted. One line says why not;
-    the record's fact is allow: {op: add, change: not granted, why}."""
-    verdict = guard.check(ctx.identity, ctx.user, ctx.names["localusers"])
+    """50: the user's line, only by the guard's grant rule (guard.grant:
+    the lastuserjob parts act for the user, and the line is the account's
+    own name): a line part 39 would never remove (a listed operator's,
+    root's, a system account's, one for a user whose lookup failed, an
+    alias) is never granted. One line says why not; the record's fact is
+    allow: {op: add, change: not granted, why}."""
+    verdict = guard.grant(ctx.identity, ctx.user, ctx.names["localusers"])
     if verdict.answer == "act":
         allow_edit(ctx, "add", ctx.user)
         return

@@ -12,7 +12,7 @@ each part and its action; the actions live by audience:
                             (sweep.py)
   50-exclusive-ssh          allow.py: grant, add the user's line (a prolog
                             part), only for a user the guard says act for,
-                            as 39-42 (guard.check)
+                            as 39-42 (guard.grant)
 
 The runner decides whether a part runs (the guard, the last-job evidence,
 the deadlines, the brake: brake() here) and runs it in a process of its
