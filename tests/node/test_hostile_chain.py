@@ -118,8 +118,8 @@ def test_part_40_sends_nothing_unless_it_really_runs_as_the_user(chain, uid):
     refuses them first), it refuses, and root's processes live on."""
     proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
     try:
-        code = ("import sys; sys.path.insert(0, sys.argv[1]); from epilog_node import parts; "
-                "print(parts.kill_uid(int(sys.argv[2]), 'alice').outcome)")
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); from epilog_node import kill; "
+                "print(kill.kill_uid(int(sys.argv[2]), 'alice').outcome)")
         ret = subprocess.run(["/usr/bin/python3", "-I", "-B", "-c", code, str(chain.release), str(uid)],
                              capture_output=True, text=True, timeout=60)
         assert ret.stdout.strip() == "failed", ret

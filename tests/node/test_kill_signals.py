@@ -54,8 +54,8 @@ def test_one_kill_of_all_leaves_a_fork_loop_no_survivor(chain, cbin, accounts):
         before = wait_for(lambda: int(Path("/proc/loadavg").read_text().split()[4]), 5, what="the last pid")
         wait_for(lambda: int(Path("/proc/loadavg").read_text().split()[4]) > before + 100, 10,
                  what="the fork loop to fork")
-        code = ("import sys; sys.path.insert(0, sys.argv[1]); from epilog_node import parts; "
-                "k = parts.kill_uid(int(sys.argv[2]), 'alice', rounds_max=1); print(k.outcome, k.rounds)")
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); from epilog_node import kill; "
+                "k = kill.kill_uid(int(sys.argv[2]), 'alice', rounds_max=1); print(k.outcome, k.rounds)")
         ret = subprocess.run(["/usr/bin/python3", "-I", "-B", "-c", code, str(chain.release), str(uid_of(ALICE))],
                              capture_output=True, text=True, timeout=60)
         outcome, rounds = ret.stdout.split()
@@ -231,7 +231,7 @@ def test_processes_in_her_user_namespace_are_killed_not_left_stopped_in_a_frozen
 KILL = r'''
 import json, os, signal, sys, time
 sys.path.insert(0, sys.argv[1])
-from epilog_node import parts
+from epilog_node import kill
 uid, hooks, kwargs = int(sys.argv[2]), sys.argv[3].split(","), json.loads(sys.argv[4])
 
 
@@ -249,7 +249,7 @@ def live_of(uid):
 
 
 if "cut" in hooks:  # the runner's SIGTERM, right after the frozen round killed hers one by one
-    signal_each, unfreeze = parts._signal_each, parts._unfreeze
+    signal_each, unfreeze = kill._signal_each, kill._unfreeze
 
     def cut(*args):
         why = signal_each(*args)
@@ -261,14 +261,14 @@ if "cut" in hooks:  # the runner's SIGTERM, right after the frozen round killed 
         print("unfreeze " + " ".join(sorted(entry.split("(", 1)[0] for entry in done)), flush=True)
         return done
 
-    parts._signal_each, parts._unfreeze = cut, undo
+    kill._signal_each, kill._unfreeze = cut, undo
 if "late" in hooks:  # the clock jumps by 60 s in the first frozen round
     shift, monotonic = [0.0], time.monotonic
     time.monotonic = lambda: monotonic() + shift[0]
-    parts.SECONDS = 1000
+    kill.SECONDS = 1000
     kwargs["until"] = time.monotonic() + kwargs["until"]
 if "run" in hooks:  # what a thaw continued runs before the next scan looks (the worst order)
-    thaw = parts._thaw
+    thaw = kill._thaw
 
     def thaw_and_run(*args):
         before = live_of(uid)
@@ -281,10 +281,10 @@ if "run" in hooks:  # what a thaw continued runs before the next scan looks (the
         return done
 
     monotonic_ = time.monotonic
-    parts._thaw = thaw_and_run
+    kill._thaw = thaw_and_run
 for hook in hooks:
     if hook.startswith("parent="):  # the thaw comes once that parent stopped itself, as su does at once
-        thaw_, parent = parts._thaw, hook.split("=", 1)[1]
+        thaw_, parent = kill._thaw, hook.split("=", 1)[1]
 
         def thaw_once_stopped(*args):
             deadline = time.monotonic() + 20
@@ -295,8 +295,8 @@ for hook in hooks:
                 time.sleep(0.001)
             return thaw_(*args)
 
-        parts._thaw = thaw_once_stopped
-k = parts.kill_uid(uid, "alice", **kwargs)
+        kill._thaw = thaw_once_stopped
+k = kill.kill_uid(uid, "alice", **kwargs)
 print(json.dumps(dict(zip(("outcome rounds signalled left why jobs spared one_by_one continued").split(), k))))
 '''
 

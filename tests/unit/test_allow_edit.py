@@ -1,4 +1,4 @@
-"""The ssh allow file's edit (epilog_node/parts.py): allow_lines reads the
+"""The ssh allow file's edit (epilog_node/allow.py): allow_lines reads the
 file's lines as a shell's mapfile does, and allow_change decides, for an
 add (prolog 50) or a remove (part 39), what changes: exact whole lines, a CR
 at a line's end ignored, every other line kept as it is, never a duplicate;
@@ -12,7 +12,7 @@ import pytest
 
 from tests.unit.conftest import node
 
-parts = node("parts")
+allow = node("allow")
 
 
 @pytest.mark.parametrize("data,lines", [
@@ -20,7 +20,7 @@ parts = node("parts")
     (b"bob\r\n\nalice\n\n", [b"bob\r", b"", b"alice", b""]),
 ])
 def test_the_lines_of_the_allow_file(data, lines):
-    assert parts.allow_lines(data) == lines
+    assert allow.allow_lines(data) == lines
 
 
 @pytest.mark.parametrize("op,user,lines,change,after", [
@@ -41,14 +41,14 @@ def test_the_lines_of_the_allow_file(data, lines):
         "remove-every-copy", "remove-absent", "remove-dash-v", "remove-empty", "remove-drops-fillers",
         "add-drops-fillers"])
 def test_the_allow_change(op, user, lines, change, after):
-    assert parts.allow_change(op, user, lines) == (change, after)
+    assert allow.allow_change(op, user, lines) == (change, after)
 
 
 def names(data):
     """The lines of DATA that could name an account (no #: no account is
     named with one; an empty line names nobody)."""
-    return {parts._name(line) for line in parts.allow_lines(data)} - {b""} - {
-        parts._name(line) for line in parts.allow_lines(data) if b"#" in line}
+    return {allow._name(line) for line in allow.allow_lines(data)} - {b""} - {
+        allow._name(line) for line in allow.allow_lines(data) if b"#" in line}
 
 
 def torn_states(data, writes):
@@ -86,12 +86,12 @@ def test_an_edit_in_place_never_names_anyone_new_even_torn(op, user, data, final
     pam_listfile) sees, or where the part is stopped, the file names no one
     it did not name before or after: no byte moves, the file never gets
     shorter, a revoked line becomes #s, a grant is a line of #s first."""
-    writes = parts.in_place_writes(op, user, data)
+    writes = allow.in_place_writes(op, user, data)
     states, after = torn_states(data, writes)
     assert after == final
-    change, lines = parts.allow_change(op, user, parts.allow_lines(data))
+    change, lines = allow.allow_change(op, user, allow.allow_lines(data))
     assert change == ("removed" if op == "remove" else "added")
-    assert names(after) == {parts._name(line) for line in lines} - {b""}
+    assert names(after) == {allow._name(line) for line in lines} - {b""}
     allowed = names(data) | names(final)
     for state in states:
         assert names(state) <= allowed, state
@@ -124,7 +124,7 @@ def test_the_lines_part_39_never_removes():
         asked.append(name)
         return VERDICTS[name]
 
-    assert parts.never_revoked(parts.allow_lines(data), verdict_of) == [
+    assert allow.never_revoked(allow.allow_lines(data), verdict_of) == [
         ("je.kim", "listed"), ("slurm60500", "system account"), ("ghost", "unknown user")]
     assert sorted(asked) == sorted(VERDICTS)  # each name judged once
 
@@ -154,5 +154,5 @@ def test_an_alias_nss_resolves_is_not_the_line_part_39_removes(tmp_path, monkeyp
     monkeypatch.setattr(guard, "name_of", {50101: "alice"}.get)
     verdict_of = guard.judge_names(str(listing), "a-zA-Z0-9._@-")
     assert verdict_of("alice").answer == "act"
-    assert parts.never_revoked([b"alice", b"Alice", b"alice@REALM"], verdict_of) == [
+    assert allow.never_revoked([b"alice", b"Alice", b"alice@REALM"], verdict_of) == [
         ("Alice", "not the account's name"), ("alice@REALM", "not the account's name")]

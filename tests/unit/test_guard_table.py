@@ -106,9 +106,10 @@ def test_prolog_50_grants_exactly_where_the_epilog_acts(tmp_path, monkeypatch, u
     nothing and says why in one line and the record's fact. The node's
     facts (the account database, login.defs) are the table's; the edit of
     the file itself is the node tier's (it is recorded here, not made)."""
-    parts, system = node("parts"), node("system")
+    allow, system = node("allow"), node("system")
     accounts = dict(ACCOUNTS, **EDGES)
     monkeypatch.setattr(guard, "resolve", accounts.get)
+    monkeypatch.setattr(guard, "name_of", own_names(accounts).get)
     monkeypatch.setattr(system, "login_defs", lambda: DEFS)
     path = tmp_path / "localusers.backup"
     if listing is not None:
@@ -116,12 +117,12 @@ def test_prolog_50_grants_exactly_where_the_epilog_acts(tmp_path, monkeypatch, u
     ident = guard.identity(user, str(uid), accounts.get, RULES_CHARS)
     gate = guard.check(ident, user, str(path))
     edits, facts, lines = [], {}, []
-    monkeypatch.setattr(parts, "allow_edit", lambda ctx, op, name: edits.append((op, name)))
+    monkeypatch.setattr(allow, "allow_edit", lambda ctx, op, name: edits.append((op, name)))
     ctx = type("Ctx", (), {"identity": ident, "user": user, "names": {"localusers": str(path),
                                                                         "allow_file": "/etc/localusers"},
                            "log": lambda self, level, line: lines.append((level, line)),
                            "fact": lambda self, key, value: facts.__setitem__(key, value)})()
-    parts.grant_ssh(ctx)
+    allow.grant_ssh(ctx)
     assert gate.answer == answer, gate
     if answer == "act":
         assert edits == [("add", user)] and not lines
@@ -129,6 +130,50 @@ def test_prolog_50_grants_exactly_where_the_epilog_acts(tmp_path, monkeypatch, u
     assert edits == [] and facts == {"allow": {"op": "add", "change": "not granted", "why": why}}
     assert lines == [(gate.level, f"{gate.why}; not added to /etc/localusers ({why}: part 39 would never remove "
                                   f"the line)")], lines
+
+
+def own_names(accounts):
+    """uid -> the account's own name (the first name of ACCOUNTS at it), as
+    getpwuid answers."""
+    names = {}
+    for name, uid in accounts.items():
+        names.setdefault(uid, name)
+    return names
+
+
+def test_prolog_50_grants_no_alias_the_guard_acts_for(tmp_path, monkeypatch):
+    """The grant is the guard's rule (guard.grant): a name NSS resolves to
+    an account whose own name is another (sssd's case-insensitive or
+    name@REALM look-ups) is acted for by check(), but is not the line part
+    39 removes at a job end (slurmd passes the account's own name), nor one
+    verify takes for the account's (guard.judge_names): never granted."""
+    allow, system = node("allow"), node("system")
+    accounts = {"root": 0, "alice": 50101, "Alice": 50101, "alice@REALM": 50101}
+    monkeypatch.setattr(guard, "resolve", accounts.get)
+    monkeypatch.setattr(guard, "name_of", {50101: "alice"}.get)
+    monkeypatch.setattr(system, "login_defs", lambda: DEFS)
+    path = tmp_path / "localusers.backup"
+    path.write_bytes(b"root\n")
+    verdict_of = guard.judge_names(str(path), RULES_CHARS)
+    for user in ("Alice", "alice@REALM", "alice"):
+        ident = guard.identity(user, "50101", accounts.get, RULES_CHARS)
+        assert guard.check(ident, user, str(path)).answer == "act"
+        granted = guard.grant(ident, user, str(path))
+        assert granted == verdict_of(user)
+        edits, facts, lines = [], {}, []
+        monkeypatch.setattr(allow, "allow_edit", lambda ctx, op, name, edits=edits: edits.append((op, name)))
+        ctx = type("Ctx", (), {"identity": ident, "user": user, "names": {"localusers": str(path),
+                                                                            "allow_file": "/etc/localusers"},
+                               "log": lambda self, level, line, lines=lines: lines.append((level, line)),
+                               "fact": lambda self, key, value, facts=facts: facts.__setitem__(key, value)})()
+        allow.grant_ssh(ctx)
+        if user == "alice":
+            assert granted.answer == "act" and edits == [("add", "alice")] and not lines
+            continue
+        assert granted.answer == "unknown" and edits == []
+        assert facts == {"allow": {"op": "add", "change": "not granted", "why": "not the account's name"}}
+        assert lines == [("warning", f"{user} is not the name of uid 50101; not added to /etc/localusers (not the "
+                                     "account's name: part 39 would never remove the line)")]
 
 
 def test_the_database_is_asked_only_for_a_name_that_passes_every_check():

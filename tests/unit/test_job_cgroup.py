@@ -11,7 +11,7 @@ import pytest
 from tests.unit.conftest import node
 
 system = node("system")
-parts = node("parts")
+reach = node("reach")
 metrics = node("metrics")
 reader = node("reader")
 
@@ -179,12 +179,12 @@ def test_owners_are_read_by_descriptor_below_the_mount_never_through_a_symlink(t
 def test_the_job_end_tells_its_own_cgroup_by_id_or_sluid_from_another_jobs_and_an_unread_one():
     jobs = {"1(a)": ("id", "7"), "2(b)": ("sluid", SLUID), "3(c)": ("id", "8"), "4(d)": ("unknown", "why"),
             "5(e)": ("sluid", "s0000000000000")}
-    assert parts.job_cgroups(jobs, "7", SLUID) == (["1(a)", "2(b)"], ["3(c) job 8", "5(e) job s0000000000000"],
+    assert reach.job_cgroups(jobs, "7", SLUID) == (["1(a)", "2(b)"], ["3(c) job 8", "5(e) job s0000000000000"],
                                                    ["4(d): why"])
-    assert parts.job_cgroups(jobs, "7", None) == (["1(a)"], [f"2(b) job {SLUID}", "3(c) job 8",
+    assert reach.job_cgroups(jobs, "7", None) == (["1(a)"], [f"2(b) job {SLUID}", "3(c) job 8",
                                                              "5(e) job s0000000000000"], ["4(d): why"])
-    assert parts.job_cgroups(jobs, "7", "") == parts.job_cgroups(jobs, "7")
-    assert parts.job_cgroups({}, "7", SLUID) == ([], [], [])
+    assert reach.job_cgroups(jobs, "7", "") == reach.job_cgroups(jobs, "7")
+    assert reach.job_cgroups({}, "7", SLUID) == ([], [], [])
 
 
 def test_the_report_and_metrics_tell_strays_from_a_jobs_processes():

@@ -1,4 +1,4 @@
-"""Whose a process is to part 40's kill (parts.owner_of), against the
+"""Whose a process is to part 40's kill (reach.owner_of), against the
 kernel's own rule for who a signal reaches (kernel/signal.c,
 kill_ok_by_cred: the sender's real or effective uid is the target's real or
 saved uid): the kill's sender holds real uid X, effective uid the user's.
@@ -16,7 +16,7 @@ import pytest
 
 from tests.unit.conftest import node
 
-parts = node("parts")
+kill, reach = node("kill"), node("reach")
 worker = node("worker")
 
 HER, OTHER, X = 50101, 50102, 4294967294
@@ -41,7 +41,7 @@ def reached(sender, target):
     ((0, 0, X), "x"),
 ])
 def test_whose_a_process_is_to_the_kill(uids, owner):
-    assert parts.owner_of(uids, HER, X) == owner
+    assert reach.owner_of(uids, HER, X) == owner
 
 
 def test_kill_minus_one_reaches_exactly_the_users_x_holders_and_saved_only_processes():
@@ -49,7 +49,7 @@ def test_kill_minus_one_reaches_exactly_the_users_x_holders_and_saved_only_proce
     X: kill(-1) from the sender reaches a process exactly when owner_of
     names it, and the user's (the kill's targets) are all reached."""
     for uids in itertools.product((HER, OTHER, 0, X), repeat=3):
-        owner = parts.owner_of(uids, HER, X)
+        owner = reach.owner_of(uids, HER, X)
         assert reached((X, HER), uids) == (owner is not None), uids
         assert (owner == "user") == (uids[0] == HER and X not in (uids[0], uids[2])), uids
 
@@ -70,16 +70,16 @@ def test_a_process_in_a_user_namespace_she_owns_is_hers(uids, ns_owners, owner):
     """The owner of a user namespace holds CAP_KILL in it (and in those
     nested in it): kill(-1) from her reaches every process there, whatever
     its uids, so each is hers: killed, never spared as saved-only."""
-    assert parts.owner_of(uids, HER, X, ns_owners) == owner
+    assert reach.owner_of(uids, HER, X, ns_owners) == owner
 
 
 def test_a_process_in_pid_1s_user_namespace_has_no_owners_to_walk():
-    assert parts.userns_owners(os.getpid()) == ()
-    assert parts.userns_owners("999999999") == ()
+    assert reach.userns_owners(os.getpid()) == ()
+    assert reach.userns_owners("999999999") == ()
 
 
 def test_a_bound_reached_while_saved_only_processes_lived_names_them():
-    why = parts.kept_coming(["7(hersleep) uid 0"])
+    why = kill.kept_coming(["7(hersleep) uid 0"])
     assert "kept coming" in why and "1 7(hersleep) uid 0" in why
 
 
@@ -90,7 +90,7 @@ def test_a_bound_reached_while_saved_only_processes_lived_names_them():
     ([(0, 0), (700, 0)], set(), set()),  # not told (a kernel before 4.1)
 ])
 def test_a_group_is_signalled_whole_only_when_its_session_is_hers_alone(mine, others, whole):
-    assert parts.whole_groups(mine, others) == whole
+    assert reach.whole_groups(mine, others) == whole
 
 
 @pytest.mark.parametrize("errno_name, why", [("EAGAIN", "no free pid"), ("ENOMEM", "cannot fork: ")])
@@ -138,8 +138,8 @@ def test_what_the_user_could_change_on_the_runner_is_put_back():
 ])
 def test_a_freeze_is_undone_for_exactly_what_it_stopped(state, uids, before, saved, thaw):
     fields = {"State": state, "Uid": "\t".join(str(uid) for uid in (*uids, uids[2]))}
-    assert parts.thawable(fields, HER, "42", before, saved) is thaw
-    assert not parts.thawable(None, HER, "42", before, saved)
+    assert reach.thawable(fields, HER, "42", before, saved) is thaw
+    assert not reach.thawable(None, HER, "42", before, saved)
 
 
 def test_a_utilization_clamp_is_packed_as_sched_setattr_reads_it():
@@ -198,9 +198,9 @@ def test_the_safety_net_continues_what_the_freeze_stopped_and_not_what_was_stopp
     try:
         _, status = os.waitpid(pid, os.WUNTRACED)
         assert os.WIFSTOPPED(status)
-        assert parts._thaw_rest(HER, {str(pid)}, {str(pid)}, []) == []
-        assert parts._thaw_rest(HER, {str(pid)}, set(), [f"{pid}(python)"]) == []
-        assert parts._thaw_rest(HER, {str(pid)}, set(), [])[0].startswith(f"{pid}(")
+        assert kill._thaw_rest(HER, {str(pid)}, {str(pid)}, []) == []
+        assert kill._thaw_rest(HER, {str(pid)}, set(), [f"{pid}(python)"]) == []
+        assert kill._thaw_rest(HER, {str(pid)}, set(), [])[0].startswith(f"{pid}(")
         _, status = os.waitpid(pid, os.WCONTINUED)
         assert os.WIFCONTINUED(status)
     finally:
@@ -252,9 +252,9 @@ def test_a_parent_that_stops_itself_after_its_child_is_waited_for_and_continued(
     after its child stops): one that stops only after the poll began is
     continued. PARENT_POLLS is raised so the poll waits for the event."""
     parent, child, go = parent_and_child
-    monkeypatch.setattr(parts, "PARENT_POLLS", 10 ** 6)
+    monkeypatch.setattr(kill, "PARENT_POLLS", 10 ** 6)
     go()
-    done = parts._thaw_parent(HER, parts.pidfd_calls() or (), str(child), str(parent), set())
+    done = kill._thaw_parent(HER, kill.pidfd_calls() or (), str(child), str(parent), set())
     assert done and done.startswith(f"{parent}("), done
     _, status = os.waitpid(parent, os.WCONTINUED)
     assert os.WIFCONTINUED(status)
@@ -268,10 +268,10 @@ def test_a_parent_is_not_continued_when_stopped_before_hers_or_no_longer_the_par
     go()
     _, status = os.waitpid(parent, os.WUNTRACED)
     assert os.WIFSTOPPED(status)
-    calls = parts.pidfd_calls() or ()
-    assert parts._thaw_parent(HER, calls, str(child), str(parent), {str(parent)}) is None
-    assert parts._thaw_parent(os.getuid(), calls, str(child), str(parent), set()) is None
-    assert parts._thaw_parent(HER, calls, str(os.getpid()), str(parent), set()) is None
-    assert parts._thaw_parent(HER, calls, str(child), "1", set()) is None
+    calls = kill.pidfd_calls() or ()
+    assert kill._thaw_parent(HER, calls, str(child), str(parent), {str(parent)}) is None
+    assert kill._thaw_parent(os.getuid(), calls, str(child), str(parent), set()) is None
+    assert kill._thaw_parent(HER, calls, str(os.getpid()), str(parent), set()) is None
+    assert kill._thaw_parent(HER, calls, str(child), "1", set()) is None
     with open(f"/proc/{parent}/stat") as handle:
         assert handle.read().rsplit(")", 1)[1].split()[0] == "T"

@@ -1,5 +1,5 @@
 """Observe mode, the brake and the parts turned off, where they are decided
-and counted: which parts a setting leaves out (parts.not_run), what the
+and counted: which parts a setting leaves out (registry.not_run), what the
 brake makes of the file at epilog:stop_file (parts.brake), and how the
 record, the metrics and epilog.report tell what would have been done, and
 what the brake stopped, from what was done. No root: a stop file of
@@ -10,7 +10,7 @@ import pytest
 
 from tests.unit.conftest import node
 
-parts = node("parts")
+parts, registry = node("parts"), node("registry")
 record = node("record")
 metrics = node("metrics")
 reader = node("reader")
@@ -36,23 +36,23 @@ class Trusting:
 # -- which parts run -----------------------------------------------------------------
 @pytest.mark.parametrize("name", NAMES)
 def test_a_part_turned_off_does_not_run_and_says_so(name):
-    off = parts.not_run(name, {"parts": {**ON, name: False}, "ssh_access": "listfile"})
-    assert off == parts.Off(f"off: epilog:parts:{name} is false", f"off: epilog:parts:{name} is false")
-    assert all(parts.not_run(other, {"parts": {**ON, name: False}}) is None for other in NAMES if other != name)
+    off = registry.not_run(name, {"parts": {**ON, name: False}, "ssh_access": "listfile"})
+    assert off == registry.Off(f"off: epilog:parts:{name} is false", f"off: epilog:parts:{name} is false")
+    assert all(registry.not_run(other, {"parts": {**ON, name: False}}) is None for other in NAMES if other != name)
 
 
 def test_every_part_on_runs_and_the_ssh_access_rule_still_holds():
-    assert all(parts.not_run(name, {"parts": ON, "ssh_access": "listfile"}) is None for name in NAMES)
-    off = parts.not_run("39-lastuserjob-ssh", {"parts": ON, "ssh_access": "adopt"})
+    assert all(registry.not_run(name, {"parts": ON, "ssh_access": "listfile"}) is None for name in NAMES)
+    off = registry.not_run("39-lastuserjob-ssh", {"parts": ON, "ssh_access": "adopt"})
     assert off.recorded == "epilog:ssh_access" and off.why.startswith("epilog:ssh_access is adopt")
     # a release made before epilog:parts holds none: every part on
-    assert parts.not_run("40-lastuserjob-processes", {}) is None
+    assert registry.not_run("40-lastuserjob-processes", {}) is None
 
 
 def test_observe_and_the_brake_hold_back_the_acting_parts_and_never_the_grant():
-    assert parts.ACTING == NAMES[:4] and "50-exclusive-ssh" not in parts.ACTING
-    assert parts.observing({"mode": "observe"}) and not parts.observing({"mode": "enforce"})
-    assert not parts.observing({})
+    assert registry.ACTING == NAMES[:4] and "50-exclusive-ssh" not in registry.ACTING
+    assert registry.observing({"mode": "observe"}) and not registry.observing({"mode": "enforce"})
+    assert not registry.observing({})
 
 
 def test_part_42s_observed_walk_counts_what_its_walk_then_removes(tmp_path):

@@ -146,6 +146,21 @@ def test_what_the_chain_left_or_did_another_way_reaches_the_metrics_and_the_repo
     assert not set(quiet) & {"ssh_lines_not_granted", *(key for key, _, _ in metrics.SHORTFALLS)}
 
 
+def test_every_why_of_a_line_not_granted_has_its_counter(tmp_path):
+    """Each why prolog 50 gives for a line not granted (guard.spared_as of
+    the grant's verdict: an alias's too) is a label of
+    epilog_ssh_not_granted_total, and epilog.report counts it."""
+    path = tmp_path / "epilog.prom"
+    for why in ("listed", "system account", "lookup error", "unknown user", "not the account's name"):
+        prolog = record.build("prolog", node="n1", job="8", user="Alice", uid="50101", release="0123456789ab",
+                              start=1.0, ms=1, parts=[record.part_ran("50-exclusive-ssh", 0, 1, {"allow": {
+                                  "op": "add", "change": "not granted", "why": why}})])
+        assert metrics.update_metrics(Trusting(), str(path), prolog)
+        label = why.replace(" ", "_").replace("'", "")
+        assert metrics.read_metrics(path.read_bytes())[metrics.NOT_GRANTED_METRIC % label] == 1
+        assert reader.summary([prolog])["ssh_lines_not_granted"] == {label: 1}
+
+
 def test_every_metric_the_writer_emits_is_in_the_operators_table():
     """docs/records-and-metrics.md's table names every family the textfile
     holds (an operator alerting on a counter finds it there)."""

@@ -94,6 +94,9 @@ def test_a_job_end_imports_none_of_the_heavy_modules():
     assert {"epilog_node.guard", "epilog_node.evidence", "epilog_node.parts", "epilog_node.record",
             "epilog_node.metrics"} <= loaded
     assert "epilog_node.reader" not in loaded, "the reader is epilog.report's and epilog.explain's alone"
+    # the parts' own modules come with the first part that runs them (parts.action): a prolog never
+    # imports the kill, a job end that leaves the user alone neither the kill nor the allow file's edit
+    assert not loaded & {"epilog_node.allow", "epilog_node.kill", "epilog_node.reach"}
 
 
 def test_nothing_below_the_runner_imports_it_or_its_worker():
@@ -109,7 +112,8 @@ def test_nothing_below_the_runner_imports_it_or_its_worker():
                 out |= {item.module} if item.module else {alias.name for alias in item.names}
         return out
 
-    for name in ("evidence", "slurm", "context", "parts", "guard", "record", "metrics", "reader", "worker"):
+    for name in ("evidence", "slurm", "context", "parts", "registry", "allow", "kill", "reach", "guard", "record", "metrics",
+                 "reader", "worker"):
         assert not imports(name) & {"runner", "strays"}, name
     assert not imports("worker") & {"evidence", "slurm", "record", "metrics", "reader"}
     assert not imports("record") & {"metrics", "reader"} and "reader" not in imports("metrics")

@@ -47,7 +47,7 @@ def sweep(salt, test=None, job=None, user=None, budget=None, remove_ipc=False, *
     # theirs holds their lock (in a run directory only root can write).
     locks = settings["run_dir"] if _root_only(settings["run_dir"]) else None
     start = time.time()
-    held, brake, off = _held_back(settings, "45-stale-x-display")
+    held, brake, off = _held_back(settings, _node.registry.SWEEP_PART)
     try:
         if brake and brake.state == "ignored" and not test:
             log.warning(f"stop file {brake.why}")
@@ -105,10 +105,10 @@ def _held_back(settings, part):
     brake (parts.brake: None, on or ignored), [the parts turned off]):
     observe mode, the brake, the part turned off (epilog:parts)."""
     brake = _node.parts.brake(settings.get("stop_file"), _trust())
-    off = _node.parts.not_run(part, settings)
+    off = _node.registry.not_run(part, settings)
     held = [why for why in (brake.why if brake and brake.state == "on" else None, off and off.why,
                             "observe mode (epilog:mode): decided and recorded, not done"
-                            if _node.parts.observing(settings) else None) if why]
+                            if _node.registry.observing(settings) else None) if why]
     return held, brake, [part] if off and (settings.get("parts") or {}).get(part) is False else []
 
 

@@ -559,21 +559,21 @@ CHECKS = [
 
 def _never_revoked(settings, chain):
     """[ssh-allow-line-never-revoked], a warning: the allow file's lines
-    part 39 would never remove (parts.never_revoked), judged by the current
+    part 39 would never remove (allow.never_revoked), judged by the current
     release's list and rules as a job end of each account would be: lines
     an earlier release granted (before prolog 50 followed the guard), or a
     hand wrote. The file is read as part 39 reads it, never through a
     symlink; the first 20 names are shown, escaped."""
     path = settings["ssh_allow_file"]
     try:
-        if _node.parts.not_run("39-lastuserjob-ssh", settings):
+        if _node.registry.not_run(_node.registry.REVOKE, settings):
             return []
         release_dir, _ = _current_release(chain)
         chars = _node.runner.load(release_dir)[1]["account_chars"]
     except (CommandExecutionError, OSError, ValueError, KeyError):
         return []  # no current release to judge by: verify says so
     try:
-        found = _node.parts.never_revoked(_node.parts.allow_lines(_node.system.read_file(path, 16 << 20)),
+        found = _node.allow.never_revoked(_node.allow.allow_lines(_node.system.read_file(path, 16 << 20)),
                                           _node.guard.judge_names(os.path.join(release_dir, chain.localusers), chars))
         names = ", ".join(f"{_shown(name)} ({why})" for name, why in found[:20]) + (" ..." if len(found) > 20 else "")
         said = (f"{len(found)} line(s) of {_shown(path)} name accounts the localusers guard does not act for, so part "

@@ -1,6 +1,5 @@
 """The releases as the Salt side runs them: the release tool (rollback,
-checkpoint, verify's status), the current release, and what each of the
-formula's lastuserjob parts does (explain)."""
+checkpoint, verify's status) and the current release."""
 
 import json
 import os
@@ -44,15 +43,6 @@ def _release_tool_knowing(salt, chain, *args):
         if not tool:
             raise
         return _release_tool(chain, *args, tool=tool)
-
-
-# What each of the formula's lastuserjob parts does when the runner starts it.
-_ACTS = {
-    "39-lastuserjob-ssh": "removes the line {user!r} from {allow}",
-    "40-lastuserjob-processes": "kills every process of uid {uid}",
-    "42-lastuserjob-cleanup": "removes the files of uid {uid} under /tmp and /dev/shm",
-    "45-stale-x-display": "sweeps the residue no live process holds (at every job end, for every user)",
-}
 
 
 # The interpreter of every entry point, as each release's scripts name it.

@@ -18,7 +18,7 @@ def explain(salt, user, job=None):
 
     # explain's rooms alone: report loads none of them
     from .pampolicy import _ssh_sessions  # pylint: disable=import-outside-toplevel
-    from .releases import _ACTS, _current_release  # pylint: disable=import-outside-toplevel
+    from .releases import _current_release  # pylint: disable=import-outside-toplevel
     from .slurmd import _slurmd_view  # pylint: disable=import-outside-toplevel
 
     if not isinstance(user, str) or not user:
@@ -46,7 +46,9 @@ def explain(salt, user, job=None):
     except Exception as exc:
         raise CommandExecutionError(f"release {current} could not explain: {type(exc).__name__}: {exc}") from exc
     other, verdict = decided["other"], decided["guard"]
-    acts = {name: text.format(user=user, uid=uid, allow=settings["ssh_allow_file"]) for name, text in _ACTS.items()}
+    # what each of the formula's parts does when the runner starts it (registry.DOES)
+    acts = {name: text.format(user=user, uid=uid, allow=settings["ssh_allow_file"])
+            for name, text in _node.registry.DOES.items()}
     # the release's mode (a release made before epilog:mode acts)
     mode = decided.get("mode", "enforce")
     parts = {}

@@ -22,8 +22,14 @@ evidence.py     the last-job evidence: marks, the spool, slurmstepd,
                 squeue: another job of the user here, yes, no or unknown
 slurm.py        the running Slurm the evidence asks: its tools (beside
                 slurmd, root's alone), root's real slurmstepd, squeue
-parts.py        what each of the formula's parts does: 39 and 50 edit the
-                ssh allow file, 40 kills, 42 removes files, 45 sweeps
+registry.py     the formula's parts, one entry each: stage, action, what
+                the runner, the worker, the strays and the module know of
+                each by its name; what the settings say of a part
+parts.py        the parts' dispatch (each action by the registry), the
+                brake, and parts 42 (files, IPC) and 45 (the sweep)
+allow.py        parts 39 and 50: the ssh allow file's edit, revoke, grant
+kill.py         part 40: the kill's rounds, the frozen round, kill slots
+reach.py        whose a process is to the kill, and the scan of /proc
 sweep.py        the residue sweep's decision table (part 45, epilog.sweep)
 walk.py         the walk of a tree parts 42 and 45 remove from: any depth,
                 bounded descriptors, never a symlink, never out of the tree
@@ -42,7 +48,7 @@ roots.py        a process's paths resolved in its root (a slurmd in
 ==============  ============================================================
 
 Every decision is a function from facts to a verdict with its reasons
-(guard.decide, evidence.decide, parts.allow_change, sweep.judge_display):
+(guard.decide, evidence.decide, allow.allow_change, sweep.judge_display):
 the unit tests call them directly, and the log line, the record, the
 metrics and epilog.explain all come from the same verdict objects.
 """

@@ -1,10 +1,12 @@
 """The localusers guard: may the chain act for the job's user? One rule for
 both ends of a job: the epilog's lastuserjob parts (39 revokes the ssh line,
 40 kills, 42 cleans) run only when check() says act, and prolog 50 grants
-the ssh line only when check() says act too, so the chain never grants what
-it would never revoke (a listed operator's line, root's, a system
-account's, a line for a user whose lookup failed). The runner's gate, a
-part run on its own, prolog 50 and the looks between jobs all ask check().
+the ssh line only by grant(): check() says act, for the account's own name
+(own_name), so the chain never grants what it would never revoke (a
+listed operator's line, root's, a system account's, a line for a user
+whose lookup failed, an alias). The runner's gate, a part run on its own
+and the looks between jobs ask check(); verify judges the allow file's
+lines by the same rule as grant() (judge_names).
 
 Two decisions, each a function of its facts:
 
@@ -155,8 +157,8 @@ def decide(ident, user, listing, list_path, resolve_name, defs):
 
 def check(ident, user, list_path):
     """decide() on this node's facts: the list as it is now, the account
-    database and login.defs. What both the grant (prolog 50) and the
-    revoke, kill and cleanup (the lastuserjob parts) go by."""
+    database and login.defs. What the revoke, kill and cleanup (the
+    lastuserjob parts) go by, and the grant (prolog 50) too (grant())."""
     if not ident.ok:
         return decide(ident, user or "", b"", list_path, resolve, (0, 0))
     return decide(ident, user, read_list(list_path), list_path, resolve, system.login_defs())
@@ -178,14 +180,28 @@ def judge_names(list_path, account_chars):
     def verdict_of(name):
         uid = lookup(name)
         ident = identity(name, None if uid is None else str(uid), lookup, account_chars)
-        verdict = decide(ident, name, listing, list_path, lookup, defs)
-        if verdict.answer == "act" and name_of(verdict.uid) != name:
-            # an alias (another case, name@REALM) that NSS resolves: slurmd
-            # passes the account's own name, the only line part 39 removes
-            return Verdict("unknown", None, "%s is not the name of uid %d" % (system.show(name), verdict.uid),
-                           "warning", "not the account's name", False)
-        return verdict
+        return own_name(decide(ident, name, listing, list_path, lookup, defs), name)
     return verdict_of
+
+
+def own_name(verdict, name):
+    """VERDICT on a line NAME of the allow file, as it is, unless it says
+    act and NAME is not the account's own name (name_of its uid): an alias
+    (another case, name@REALM) that NSS resolves. slurmd passes the
+    account's own name, and that is the only line part 39 removes, so an
+    alias is unknown: never granted, and named by verify."""
+    if verdict.answer == "act" and name_of(verdict.uid) != name:
+        return Verdict("unknown", None, "%s is not the name of uid %d" % (system.show(name), verdict.uid),
+                       "warning", "not the account's name", False)
+    return verdict
+
+
+def grant(ident, user, list_path):
+    """Prolog 50's rule, who gets a line in the allow file: the line USER
+    only where check() says act and USER is the account's own name
+    (own_name): exactly the lines part 39 removes at the user's last job
+    end, and the lines verify judges the file by (judge_names)."""
+    return own_name(check(ident, user, list_path), user)
 
 
 def name_of(uid):

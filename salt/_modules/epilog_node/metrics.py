@@ -151,8 +151,9 @@ SHORTFALLS = (
      "time, judged again later."),
 )
 SHORTFALL_METRIC = {key: metric for key, metric, _ in SHORTFALLS}
-# prolog 50's facts change: not granted, by why (guard.spared_as, _ for a space)
-NOT_GRANTED = ("listed", "system_account", "lookup_error", "unknown_user")
+# prolog 50's facts change: not granted, by why (guard.spared_as, _ for a space,
+# no apostrophe)
+NOT_GRANTED = ("listed", "system_account", "lookup_error", "unknown_user", "not_the_accounts_name")
 NOT_GRANTED_METRIC = 'epilog_ssh_not_granted_total{why="%s"}'
 
 
@@ -170,7 +171,7 @@ def shortfalls(record):
     out["parts_not_run_no_fork"] = sum(1 for part in parts if not part.get("ran") and (
         part.get("why") == "no free pid" or str(part.get("why")).startswith("cannot fork: ")))
     for allow in facts_of(record, "allow"):
-        why = str(allow.get("why")).replace(" ", "_")
+        why = str(allow.get("why")).replace(" ", "_").replace("'", "")
         if allow.get("op") == "add" and allow.get("change") == "not granted" and why in NOT_GRANTED:
             granted[why] = granted.get(why, 0) + 1
     out = {key: n for key, n in out.items() if n}

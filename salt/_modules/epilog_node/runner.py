@@ -25,7 +25,7 @@ import stat
 import sys
 import time
 
-from . import evidence, guard, metrics, parts, record, slurm, system, worker
+from . import evidence, guard, metrics, parts, record, registry, slurm, system, worker
 from . import log as logs
 from .context import Context
 
@@ -353,7 +353,7 @@ class Run(worker.Worker):
             lock, locked_at = None, None
         found = self.parts()
         # the formula's parts these settings leave out (epilog:parts, epilog:ssh_access)
-        off = {name: parts.not_run(name, self.settings) for name, _, own, _ in found if own}
+        off = {name: registry.not_run(name, self.settings) for name, _, own, _ in found if own}
         own_after = sum(1 for name, _, own, why in found if own and not off[name])
         lastuserjob = sum(1 for name, _, _, why in found if "-lastuserjob-" in name and why is None
                           and not off.get(name))
@@ -413,7 +413,7 @@ class Run(worker.Worker):
             # The brake, after the decisions (the marks, the evidence and
             # the guard: later job ends depend on them), before each acting
             # part: one set mid-chain stops the parts still to come.
-            if own and name in parts.ACTING:
+            if own and name in registry.ACTING:
                 stop = self.stopped_by()
                 if stop:
                     entries.append(self.skip(name, "info", stop, stop, outcome=("stopped", stop)))
@@ -472,7 +472,7 @@ class Run(worker.Worker):
                 self.stopped = found.path
                 self.log.warning("the brake is on: %s exists (since %s): parts %s do not run; rm %s releases it"
                                  % (found.path, time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(found.since)),
-                                    ", ".join(name[:2] for name in parts.ACTING), found.path))
+                                    ", ".join(name[:2] for name in registry.ACTING), found.path))
             return found.why
         if self.stop_ignored is None:
             self.stop_ignored = found.why
@@ -482,8 +482,8 @@ class Run(worker.Worker):
     def skip(self, name, level, logged, why, outcome=None, failed=False):
         """Part NAME does not run: the log says LOGGED, the record WHY; for
         part 39 where a lookup FAILED, both say how long the line stays."""
-        if failed and name == parts.REVOKE:
-            stays = parts.LINE_STAYS % self.names["allow_file"]
+        if failed and name == registry.REVOKE:
+            stays = registry.LINE_STAYS % self.names["allow_file"]
             logged, why = "%s; %s" % (logged, stays), "%s; %s" % (why, stays)
         self.log.line(level, "skipping %s: %s" % (name, logged))
         self.outcomes[name] = outcome or ("skip", logged)
@@ -557,11 +557,11 @@ def part(argv0):
         name, stage_dir = os.path.basename(path), os.path.dirname(path)
         stage = os.path.basename(stage_dir)[:-len(".d")]
         run = Run(os.path.dirname(stage_dir), stage, dict(os.environ), source=name)
-        off = parts.not_run(name, run.settings)
+        off = registry.not_run(name, run.settings)
         if off:
             run.log.info("not run: %s" % off.why)
             return 0
-        if name in parts.ACTING:
+        if name in registry.ACTING:
             stop = run.stopped_by()
             if stop:
                 run.log.info("not run: %s" % stop)
@@ -571,14 +571,14 @@ def part(argv0):
         if "-lastuserjob-" in name:
             verdict = guard.check(run.identity, run.user, run.names["localusers"])
             run.log.line(verdict.level, verdict.why)
-            if verdict.answer == "unknown" and name == parts.REVOKE:
-                run.log.line(verdict.level, parts.LINE_STAYS % run.names["allow_file"])
+            if verdict.answer == "unknown" and name == registry.REVOKE:
+                run.log.line(verdict.level, registry.LINE_STAYS % run.names["allow_file"])
             if verdict.answer != "act":
                 return 0
             act_uid = verdict.uid
         ctx = Context(run, name, act_uid, time.monotonic() + run.settings["part_timeout"], run.log.line,
                       lambda key, value: None)
-        parts.ACTIONS[name](ctx)
+        parts.action(name)(ctx)
     except Exception as exc:  # noqa: BLE001 - a non-zero epilog drains the node
         if run is not None:
             run.log.warning("failed: %s: %s" % (type(exc).__name__, exc))

@@ -46,9 +46,9 @@ import os
 import sys
 import time
 
-from . import evidence, guard, metrics, parts, record, runner, system, worker
+from . import evidence, guard, metrics, record, registry, runner, system, worker
+from .kill import KILL_SLOTS, some
 
-KILL_PART = "40-lastuserjob-processes"
 # the processes listed per user (the count is whole)
 LIST_MAX = 20
 # the users a record names (its counts are whole)
@@ -100,7 +100,7 @@ def processes(me, now):
     process's memory map, which a process stuck on a hung file system
     holds), so its command is its name."""
     boot, ticks = system.boot_time(), os.sysconf("SC_CLK_TCK")
-    slots = set(system.UID_MAX_REAL - i for i in range(parts.KILL_SLOTS))
+    slots = set(system.UID_MAX_REAL - i for i in range(KILL_SLOTS))
     out = {}
     for pid in system.pids():
         if int(pid) == me:
@@ -131,12 +131,6 @@ def account(uid):
         return None
 
 
-# the parts a strays kill runs, in order, under the user's lock: the ssh
-# line first (a killed user with an allow line would log in again), as at a
-# last job end
-KILL_PARTS = ("39-lastuserjob-ssh", KILL_PART)
-
-
 def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0, ipc_only=False):
     """The strays of this node now, by the rules of the release in
     RELEASE_DIR, as a report; with KILL (and not TEST) each stray account's
@@ -159,7 +153,7 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0, i
     if ipc_on:
         from . import ipc  # pylint: disable=import-outside-toplevel
 
-        slots = set(system.UID_MAX_REAL - i for i in range(parts.KILL_SLOTS))
+        slots = set(system.UID_MAX_REAL - i for i in range(KILL_SLOTS))
         holding = {uid for uid in ipc.holders() if uid != 0 and uid not in slots}
     # one set of node facts for the whole look (root's slurmstepds, and the
     # controller, asked once at most); the marks are read for each user
@@ -169,7 +163,7 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0, i
     counts = dict.fromkeys(("stray", "job", "operator", "system", "unknown"), 0)
     killed = would_kill = 0
     # the IPC objects are judged and none removed: observe mode, or 42 off
-    ipc_held = parts.observing(settings) or parts.not_run("42-lastuserjob-cleanup", settings) is not None
+    ipc_held = registry.observing(settings) or registry.not_run(registry.IPC_PART, settings) is not None
     ipc_counts = {"users": 0, "objects": 0, "bytes": 0, "removed": 0, "bytes_removed": 0}
     removed_ipc = {"removed": dict.fromkeys(("shm", "sem", "msg"), 0), "bytes": 0, "kept": {}, "left": 0}
     # the accounts with processes first: those with objects alone after them
@@ -235,7 +229,7 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0, i
         users.append(entry)
     if nameless and not test:
         run_.log.warning("strays: %d uid(s) with no account on this node run processes (left alone): %s"
-                         % (len(nameless), parts.some(["%d(%d)" % (n["uid"], n["processes"]) for n in nameless])))
+                         % (len(nameless), some(["%d(%d)" % (n["uid"], n["processes"]) for n in nameless])))
     # the strays first, in the report and the record
     users.sort(key=lambda u: (u["answer"] != "stray", u["uid"]))
     gone = "ipc_would_remove" if ipc_held else "ipc_removed"
@@ -261,7 +255,7 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0, i
         report["stopped"] = run_.stopped
     if run_.stop_ignored:
         report["stop_ignored"] = run_.stop_ignored
-    acting = ("42-lastuserjob-cleanup",) if ipc_only else (*KILL_PARTS, "42-lastuserjob-cleanup")
+    acting = (registry.IPC_PART,) if ipc_only else (*registry.KILL_PARTS, registry.IPC_PART)
     report["off"] = [name for name in acting if kill and not test and (settings.get("parts") or {}).get(name) is False]
     if ipc_only:
         report["ipc_fact"] = removed_ipc  # for the sweep's record
@@ -366,8 +360,8 @@ def _kill(run_, uid, name, held, deadline, processes=True, ipc_test=False):
     try:
         run_.user = name
         run_.identity = guard.Identity(True, uid, "")
-        for part in KILL_PARTS if processes else ():
-            off = parts.not_run(part, run_.settings)
+        for part in registry.KILL_PARTS if processes else ():
+            off = registry.not_run(part, run_.settings)
             if off:
                 done[part] = "not run: %s" % off.why
                 continue
@@ -401,7 +395,7 @@ def _kill(run_, uid, name, held, deadline, processes=True, ipc_test=False):
     finally:
         if lock is not None:
             os.close(lock)
-    kill = facts.get(KILL_PART, {}).get("kill")
+    kill = facts.get(registry.KILL_PART, {}).get("kill")
     kill = kill if isinstance(kill, dict) else {}
     signalled = kill.get("signalled")
     signalled = signalled if isinstance(signalled, int) and not isinstance(signalled, bool) else 0

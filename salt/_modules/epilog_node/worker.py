@@ -18,7 +18,7 @@ import select
 import struct
 import time
 
-from . import guard, parts, system
+from . import guard, parts, registry, system
 from .context import Context
 from .system import signal
 
@@ -190,7 +190,7 @@ class Worker:
                     self.start_worker(close, patience=patience)
                 except OSError as exc:
                     why = fork_failure(exc)
-                    if name not in parts.IN_PROCESS:
+                    if name not in registry.IN_PROCESS:
                         raise NoFork(why) from exc
                     return self.run_here(name, deadline, act_uid, why)
             try:
@@ -198,7 +198,7 @@ class Worker:
             except OSError:  # its end of the pipe is closed: it is gone
                 self._end_worker(reap=True)
                 continue
-            if more and name in parts.ENDS_WORKER and self._spare is None:
+            if more and name in registry.ENDS_WORKER and self._spare is None:
                 # ready on another CPU by the time NAME is done (it is
                 # root's alone, in a group of its own: NAME's kill, sent
                 # as the user, cannot reach it); only a head start: a fork
@@ -256,7 +256,7 @@ class Worker:
         return (124 if timed_out else code if code is not None else rc or 1), facts
 
     def run_here(self, name, deadline, act_uid, why):
-        """Part NAME (one of parts.IN_PROCESS) in the runner itself, when no
+        """Part NAME (one of registry.IN_PROCESS) in the runner itself, when no
         worker could be forked (WHY), until DEADLINE, which nothing but the
         part's own bounds enforces (39's lock wait, 40's rounds): its log
         lines go to the log, its facts to the record, with ran_in_runner:
@@ -273,12 +273,12 @@ class Worker:
                       facts.__setitem__)
         code = 1
         try:
-            parts.ACTIONS[name](ctx)
+            parts.action(name)(ctx)
             code = 0
         except Exception as exc:  # noqa: BLE001 - the chain goes on, and the log says why
             self.log.line("warning", "failed: %s: %s" % (type(exc).__name__, exc), source=name)
         finally:
-            if name in parts.ENDS_WORKER:
+            if name in registry.ENDS_WORKER:
                 try:
                     note = restore() if restore is not None else None
                     if note and not self._said_clamp:
@@ -414,11 +414,11 @@ class Worker:
                           lambda key, value: send("fact", key, value))
             code = 1
             try:
-                parts.ACTIONS[name](ctx)
+                parts.action(name)(ctx)
                 code = 0
             except Exception as exc:  # noqa: BLE001 - the chain goes on, and the log says why
                 send("log", "warning", "failed: %s: %s" % (type(exc).__name__, exc))
-            fit = name not in parts.ENDS_WORKER and os.getresuid() == (0, 0, 0) and os.getresgid() == (0, 0, 0) \
+            fit = name not in registry.ENDS_WORKER and os.getresuid() == (0, 0, 0) and os.getresgid() == (0, 0, 0) \
                 and os.getgroups() == self._groups
             send("done", "" if fit else "last", code)
             if not fit:
