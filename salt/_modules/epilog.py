@@ -31,7 +31,7 @@ __virtualname__ = "epilog"
 PACKAGE = "epilog_node"
 # its modules, and those only verify and explain ask (a release made before them has none)
 PACKAGE_MODULES = ("system", "log", "guard", "evidence", "record", "sweep", "parts", "runner")
-PACKAGE_LATER = ("pam", "ipc", "roots", "context", "slurm", "worker", "metrics", "reader")
+PACKAGE_LATER = ("pam", "ipc", "roots", "context", "slurm", "worker", "metrics", "reader", "budget")
 # the Salt side's rooms, beside this file and in no release (epilog_front/__init__.py)
 FRONT = "epilog_front"
 FRONT_ROOMS = ("common", "slurmconf", "slurmd", "pampolicy", "releases", "checks", "between", "support")

@@ -113,13 +113,11 @@ def _managed(preview, chain):
 
 
 def _chain_time_problems(settings, chain, conf_found):
-    """The chain's worst case against its own deadline, and that deadline
-    against Slurm's: a part gets part_timeout plus 2 s to die, the squeue
-    fallback squeue_timeout plus 1, the wait for the user's lock 10 s, and
-    the runner keeps 5 s for killing a
-    part, its whole-second clock and the syslog flush; slurmd kills an
-    epilog that outlives EpilogTimeout (PrologEpilogTimeout before Slurm
-    25.05) and drains the node."""
+    """The chain's worst case against its own deadline (the node program's
+    budget: the runner shares chain_timeout by the same rule), and that
+    deadline against Slurm's: slurmd kills an epilog that outlives
+    EpilogTimeout (PrologEpilogTimeout before Slurm 25.05) and drains the
+    node."""
     problems = []
     deadline = int(settings["chain_timeout"])
     parts = set()
@@ -131,12 +129,12 @@ def _chain_time_problems(settings, chain, conf_found):
                          and os.access(os.path.join(parts_dir, name), os.X_OK))
         except OSError:
             pass
-    worst = len(parts) * (int(settings["part_timeout"]) + 2) + 10 + int(settings["squeue_timeout"]) + 1 + 5
+    seconds = len(parts), int(settings["part_timeout"]), int(settings["squeue_timeout"])
+    worst = _node.budget.worst_case(*seconds)
     if worst > deadline:
-        problems.append(f"[chain-worst-case-too-long] the epilog chain's worst case is {worst} s ({len(parts)} "
-                        f"parts x (part_timeout {settings['part_timeout']} + 2) + 10 for the user's lock + "
-                        f"squeue_timeout {settings['squeue_timeout']} + 1 + 5), above epilog:chain_timeout "
-                        f"{deadline}: the last parts would be cut off")
+        problems.append(f"[chain-worst-case-too-long] the epilog chain's worst case is {worst} s "
+                        f"({_node.budget.shown(*seconds)}), above epilog:chain_timeout {deadline}: the last parts "
+                        "would be cut off")
     for key in ("epilogtimeout", "prologepilogtimeout"):
         value = conf_found.get(key, "").strip()
         if value.isdigit():
