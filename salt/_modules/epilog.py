@@ -331,10 +331,11 @@ def chain_wired(slurm_config_dir=None):
     ``wired`` is empty and ``known`` is True.
 
     ``elsewhere`` lists each Epilog=/Prolog= that names the runner of
-    another chain of this formula's (``conf``, ``key``, ``value``, ``dir``),
-    and ``old_dirs`` those directories: after a rename of
-    ``slurm_config_dir``, the old chain slurmd still runs, which no longer
-    gets the pillar's updates. Only a slurm.conf that only root can write
+    another chain of this formula's (``conf``, ``key``, ``value``, ``dir``,
+    and ``why``, the warning the state epilog gives on every apply and
+    verify's [slurm-conf-old-chain]), and ``old_dirs`` those directories:
+    after a rename of ``slurm_config_dir``, the old chain slurmd still runs,
+    which no longer gets the pillar's updates. Only a slurm.conf that only root can write
     counts there, and only a directory that only root can write holding
     root's epilog-releases.
 

@@ -428,20 +428,15 @@ def _run_dir(v):
 
 
 def _old_chain(v):
-    """No slurm.conf runs another chain of this formula's (chain_wired's elsewhere)."""
-    problems, settings, salt = v.problems, v.settings, v.salt
+    """No slurm.conf runs another chain of this formula's (chain_wired's elsewhere, each with its why)."""
+    problems, salt = v.problems, v.salt
     try:
         wired = salt.chain_wired()
     except OSError as exc:
         wired = {"elsewhere": []}
         problems.append(f"[chain-wired-failed] slurm.conf cannot be read for Epilog=/Prolog=: {exc}")
     for item in wired["elsewhere"]:
-        problems.append(f"[slurm-conf-old-chain] {item['conf']} has {item['key']}={item['value']}: slurmd runs the "
-                        f"chain in {item['dir']}, not the one in epilog:slurm_config_dir "
-                        f"{settings['slurm_config_dir']} (renamed?), and that old chain no longer gets the pillar's "
-                        f"updates. Point {item['key']}= at {settings['slurm_config_dir']}/{item['key'].lower()}.sh, "
-                        f"run scontrol reconfigure, then remove the old one: state.apply epilog.clean "
-                        f"pillar='{{\"epilog_clean\": {{\"slurm_config_dir\": \"{item['dir']}\"}}}}'")
+        problems.append(f"[slurm-conf-old-chain] {item['why']}")
 
 
 def _judged_slurm_confs(v):
