@@ -459,7 +459,8 @@ def _spool_dir(v):
     if spool is None or not _root_only(spool):
         warnings.append(f"[spool-not-root-only] {spool or settings['slurmd_spool_dir']} (epilog:slurmd_spool_dir) is "
                         "not a directory only root can write (Debian's /var/lib/slurm/slurmd belongs to slurm): the "
-                        "last-job check skips its step sockets and asks pgrep, then squeue")
+                        "last-job check skips its step sockets and looks for root's slurmstepd of another job, then asks "
+                        "squeue")
 
 
 def _chain_in_slurm_confs(v):
