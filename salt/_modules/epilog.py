@@ -31,7 +31,8 @@ __virtualname__ = "epilog"
 PACKAGE = "epilog_node"
 # its modules, and those only verify and explain ask (a release made before them has none)
 PACKAGE_MODULES = ("system", "log", "guard", "evidence", "record", "sweep", "parts", "runner")
-PACKAGE_LATER = ("pam", "ipc", "roots", "context", "slurm", "worker", "metrics", "reader", "registry", "allow")
+PACKAGE_LATER = ("pam", "ipc", "roots", "context", "slurm", "worker", "metrics", "reader", "registry", "allow",
+                 "budget")
 # the Salt side's rooms, beside this file and in no release (epilog_front/__init__.py)
 FRONT = "epilog_front"
 FRONT_ROOMS = ("common", "slurmconf", "slurmd", "pampolicy", "releases", "checks", "between", "support")
@@ -370,10 +371,11 @@ def chain_wired(slurm_config_dir=None):
     ``wired`` is empty and ``known`` is True.
 
     ``elsewhere`` lists each Epilog=/Prolog= that names the runner of
-    another chain of this formula's (``conf``, ``key``, ``value``, ``dir``),
-    and ``old_dirs`` those directories: after a rename of
-    ``slurm_config_dir``, the old chain slurmd still runs, which no longer
-    gets the pillar's updates. Only a slurm.conf that only root can write
+    another chain of this formula's (``conf``, ``key``, ``value``, ``dir``,
+    and ``why``, the warning the state epilog gives on every apply and
+    verify's [slurm-conf-old-chain]), and ``old_dirs`` those directories:
+    after a rename of ``slurm_config_dir``, the old chain slurmd still runs,
+    which no longer gets the pillar's updates. Only a slurm.conf that only root can write
     counts there, and only a directory that only root can write holding
     root's epilog-releases.
 

@@ -5,15 +5,20 @@
 {%- import_yaml tplroot ~ "/layout.yaml" as layout %}
 {%- set confdir = epilog.slurm_config_dir %}
 
-{#- The epilog runs as root, and bash cannot open a file without following a
-    symlink: the log and the ssh allow file are written only inside a
-    directory that is root's, not a symlink, and writable by no group and no
-    other user, and whose existing ancestors are root's real directories that
+{#- The epilog runs as root, and the node program writes the log, the
+    records, the metrics and the ssh allow file only inside a directory only
+    root can write (system.Trust.root_only; elsewhere it writes none of
+    them): root's, not a symlink, and writable by no group and no other
+    user, and whose existing ancestors are root's real directories that
     nobody else can write either, or sticky (nobody else can then swap root's
     entry in them). Anything else fails the render, naming the entry; a
     missing directory is created root:root 0755. (Debian's /var/log/slurm
     belongs to the slurm user, who could swap epilog.log for a symlink to
-    /etc/nologin.) #}
+    /etc/nologin.) The rule is system.Trust's, judged here at the render
+    from each entry's lstat, in Jinja as strict.jinja's checks are (a node's
+    first apply has no module of ours to call: the state syncs it later in
+    the same apply); tests/unit/test_config_root_only.py holds it to
+    Trust.root_dir over a grid of what lstat finds. #}
 {%- for key in ['log_file', 'record_file', 'ssh_allow_file'] + (['metrics_file'] if epilog.metrics_file else []) %}
 {%-   set parts = epilog[key].strip('/').split('/')[:-1] %}
 {%-   for i in range(parts | length + 1) %}

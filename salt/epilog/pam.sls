@@ -11,7 +11,7 @@
     formula's lines out of /etc/pam.d/sshd again, and touches nothing else.
       salt 'slurm-work-*' state.apply epilog.pam test=True #}
 {%- set tplroot = tpldir.split('/')[0] %}
-{%- from tplroot ~ "/map.jinja" import epilog with context %}
+{%- from tplroot ~ "/map.jinja" import epilog, operators with context %}
 {#- epilog.pam_file is the module's: a minion that has not synced it yet
     (the first apply of epilog syncs it) can hold none of the formula's
     lines, and needs the sync before it can have them. #}
@@ -36,7 +36,7 @@
 epilog-pam-operators-file-managed:
   file.managed:
     - name: {{ epilog.pam_operators_file | json }}
-    - contents: {{ (['root'] + epilog.localusers | reject('equalto', 'root') | list) | join(nl) | json }}
+    - contents: {{ operators | join(nl) | json }}
     - user: root
     - group: root
     - mode: '0600'

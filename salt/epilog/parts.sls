@@ -225,7 +225,8 @@ epilog-module-saltutil-sync_modules:
     chain, which gets no more updates: say so on every apply (and
     epilog.verify fails) until slurm.conf names this one and the old one is
     cleaned (epilog.clean with epilog_clean:slurm_config_dir). Read by the
-    module, once it is synced (the first apply syncs it). #}
+    module, once it is synced (the first apply syncs it), which words the
+    warning (each item's why, verify's [slurm-conf-old-chain]). #}
 {%- if 'epilog.chain_wired' in salt %}
 {%-   set elsewhere = salt['epilog.chain_wired']().get('elsewhere', []) %}
 
@@ -238,11 +239,7 @@ epilog-slurm-conf-old-chain-test:
 {%-   if elsewhere %}
     - warnings:
 {%-     for item in elsewhere %}
-      - {{ ('%s has %s=%s/%s.sh: slurmd runs the chain in %s, not this one in %s, and it no longer gets the pillar\'s updates.'
-            ' Point %s= at %s/%s.sh, run scontrol reconfigure, then state.apply epilog.clean'
-            ' pillar=\'{"epilog_clean": {"slurm_config_dir": "%s"} }\''
-            | format(item.conf, item.key, item.dir, item.key | lower, item.dir, confdir, item.key, confdir, item.key | lower, item.dir))
-           | json }}
+      - {{ item.why | json }}
 {%-     endfor %}
 {%-   endif %}
     - require:

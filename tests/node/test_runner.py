@@ -160,7 +160,7 @@ def test_no_step_of_another_job_is_a_node_local_last_job(own_chain):
 def test_a_spool_that_is_not_slurmds_live_one_is_not_trusted(own_chain):
     """No cred_state: the pillar's slurmd_spool_dir may not be the real
     SlurmdSpoolDir, so its lack of step sockets proves nothing; the runner
-    goes on to pgrep and squeue."""
+    goes on to root's slurmstepd and squeue."""
     c = own_chain()
     (c.spool_dir / "cred_state").unlink()
     env = slurmd_env("je.kim", SLURM_CONF="/nonexistent/slurm.conf")

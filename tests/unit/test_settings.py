@@ -173,6 +173,21 @@ def test_the_formula_owns_sshds_account_lines_under_adopt_and_listfile(tmp_path,
     assert out["pam_manage"] is True and out["ssh_access"] == access
 
 
+@pytest.mark.parametrize("localusers,operators", [
+    (["root"], ["root"]), (["je.kim", "root", "ops"], ["root", "je.kim", "ops"]), ([], ["root"]),
+])
+def test_the_operators_list_has_one_home_map_jinja_which_the_module_and_pam_sls_read(tmp_path, localusers, operators):
+    """Root first, then localusers: map.jinja computes it once; the module
+    reads it through settings.jinja (family=True, beside the settings no
+    release holds), pam.sls lays it down, and no release holds it."""
+    pillar = {"epilog": {"localusers": localusers}}
+    text = render_text(tmp_path, (REPO / "salt/epilog/settings.jinja").read_text(), pillar, family=True)
+    out = json.loads(text)
+    assert out["family"]["operators"] == operators and "operators" not in out["settings"]
+    assert "operators" not in render(tmp_path, pillar)
+    assert "{{ operators | join(nl) | json }}" in (REPO / "salt/epilog/pam.sls").read_text()
+
+
 def test_the_stop_file_is_beside_the_chain_unless_the_pillar_names_one(tmp_path):
     for pillar, expect in (({"slurm_config_dir": "/opt/slurm/etc/"}, "/opt/slurm/etc/epilog.stop"),
                            ({"stop_file": None}, "/etc/slurm/epilog.stop"),

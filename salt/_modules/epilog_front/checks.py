@@ -113,13 +113,11 @@ def _managed(preview, chain):
 
 
 def _chain_time_problems(settings, chain, conf_found):
-    """The chain's worst case against its own deadline, and that deadline
-    against Slurm's: a part gets part_timeout plus 2 s to die, the squeue
-    fallback squeue_timeout plus 1, the wait for the user's lock 10 s, and
-    the runner keeps 5 s for killing a
-    part, its whole-second clock and the syslog flush; slurmd kills an
-    epilog that outlives EpilogTimeout (PrologEpilogTimeout before Slurm
-    25.05) and drains the node."""
+    """The chain's worst case against its own deadline (the node program's
+    budget: the runner shares chain_timeout by the same rule), and that
+    deadline against Slurm's: slurmd kills an epilog that outlives
+    EpilogTimeout (PrologEpilogTimeout before Slurm 25.05) and drains the
+    node."""
     problems = []
     deadline = int(settings["chain_timeout"])
     parts = set()
@@ -131,12 +129,12 @@ def _chain_time_problems(settings, chain, conf_found):
                          and os.access(os.path.join(parts_dir, name), os.X_OK))
         except OSError:
             pass
-    worst = len(parts) * (int(settings["part_timeout"]) + 2) + 10 + int(settings["squeue_timeout"]) + 1 + 5
+    seconds = len(parts), int(settings["part_timeout"]), int(settings["squeue_timeout"])
+    worst = _node.budget.worst_case(*seconds)
     if worst > deadline:
-        problems.append(f"[chain-worst-case-too-long] the epilog chain's worst case is {worst} s ({len(parts)} "
-                        f"parts x (part_timeout {settings['part_timeout']} + 2) + 10 for the user's lock + "
-                        f"squeue_timeout {settings['squeue_timeout']} + 1 + 5), above epilog:chain_timeout "
-                        f"{deadline}: the last parts would be cut off")
+        problems.append(f"[chain-worst-case-too-long] the epilog chain's worst case is {worst} s "
+                        f"({_node.budget.shown(*seconds)}), above epilog:chain_timeout {deadline}: the last parts "
+                        "would be cut off")
     for key in ("epilogtimeout", "prologepilogtimeout"):
         value = conf_found.get(key, "").strip()
         if value.isdigit():
@@ -415,20 +413,15 @@ def _run_dir(v):
 
 
 def _old_chain(v):
-    """No slurm.conf runs another chain of this formula's (chain_wired's elsewhere)."""
-    problems, settings, salt = v.problems, v.settings, v.salt
+    """No slurm.conf runs another chain of this formula's (chain_wired's elsewhere, each with its why)."""
+    problems, salt = v.problems, v.salt
     try:
         wired = salt.chain_wired()
     except OSError as exc:
         wired = {"elsewhere": []}
         problems.append(f"[chain-wired-failed] slurm.conf cannot be read for Epilog=/Prolog=: {exc}")
     for item in wired["elsewhere"]:
-        problems.append(f"[slurm-conf-old-chain] {item['conf']} has {item['key']}={item['value']}: slurmd runs the "
-                        f"chain in {item['dir']}, not the one in epilog:slurm_config_dir "
-                        f"{settings['slurm_config_dir']} (renamed?), and that old chain no longer gets the pillar's "
-                        f"updates. Point {item['key']}= at {settings['slurm_config_dir']}/{item['key'].lower()}.sh, "
-                        f"run scontrol reconfigure, then remove the old one: state.apply epilog.clean "
-                        f"pillar='{{\"epilog_clean\": {{\"slurm_config_dir\": \"{item['dir']}\"}}}}'")
+        problems.append(f"[slurm-conf-old-chain] {item['why']}")
 
 
 def _judged_slurm_confs(v):
@@ -451,7 +444,8 @@ def _spool_dir(v):
     if spool is None or not _root_only(spool):
         warnings.append(f"[spool-not-root-only] {spool or settings['slurmd_spool_dir']} (epilog:slurmd_spool_dir) is "
                         "not a directory only root can write (Debian's /var/lib/slurm/slurmd belongs to slurm): the "
-                        "last-job check skips its step sockets and asks pgrep, then squeue")
+                        "last-job check skips its step sockets and looks for root's slurmstepd of another job, then asks "
+                        "squeue")
 
 
 def _chain_in_slurm_confs(v):

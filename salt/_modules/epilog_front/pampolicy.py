@@ -52,13 +52,6 @@ def _pam_module_found(path):
     return any(os.path.isfile(os.path.join(directory, name)) for directory in PAM_MODULE_DIRS)
 
 
-def _pam_operators(localusers):
-    """The names the operators' list holds (pam.sls lays down the same):
-    root first (pam_slurm_adopt passes root over only while ignore_root is
-    on), then LOCALUSERS."""
-    return ["root"] + [name for name in localusers if name != "root"]
-
-
 def _check_operators_file(path, rules):
     """PATH may become the operators' list: not a PAM configuration, and,
     when it exists, a regular file of account names alone (a list this
@@ -174,7 +167,7 @@ def pam_file(salt, manage=None):
     except pam.PlaceError as exc:
         raise CommandExecutionError(f"{service}: {exc}") from None
     lines, problems = pam.account_stack("sshd", text=new)
-    listed = _pam_operators(settings["localusers"])
+    listed = settings["operators"]  # map.jinja's operators' list, the one pam.sls lays down
     judged, _ = pam.judge(lines, access, allow, settings["localusers"], lists={operators: listed})
     if access == "adopt":
         own = pam.LISTFILE, operators
@@ -207,7 +200,7 @@ def pam_clean(salt):
         block = text.split(pam.BEGIN, 1)[-1].split(pam.END, 1)[0]
         named = [line.arg("file") for line in pam.account_stack("sshd", text=block)[0] if line.module == pam.LISTFILE
                  and line.arg("file") and line.arg("file") != settings["ssh_allow_file"]]
-    wanted = _pam_operators(settings["localusers"])
+    wanted = settings["operators"]
     chars = re.compile("[" + rules["account_chars"] + "]+")
     removed, kept = [], []
     for path in dict.fromkeys([settings["pam_operators_file"], *named]):

@@ -4,6 +4,7 @@ through its own root; chain_wired's answer; verify's judgement of each
 slurm.conf (_judged_confs) and of job_container/tmpfs (_job_container);
 what a job end would be given (_slurmd_view)."""
 
+import json
 import os
 import posixpath
 import re
@@ -333,6 +334,19 @@ def _roots_chain(directory, rules, releases):
     return stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022 and _root_only(directory)
 
 
+def _old_chain(conf, key, value, where, confdir):
+    """An Epilog=/Prolog= (KEY=VALUE) of slurm.conf CONF that runs the old
+    chain in WHERE, not the one in CONFDIR: the old-chain warning, its one
+    home (``why``: the state epilog warns of it on every apply, verify
+    reports it as [slurm-conf-old-chain])."""
+    clean = json.dumps({"epilog_clean": {"slurm_config_dir": where}})
+    return {"conf": conf, "key": key, "value": value, "dir": where,
+            "why": f"{conf} has {key}={value}: slurmd runs the chain in {where}, not the one in "
+                   f"epilog:slurm_config_dir {confdir} (renamed?), and that old chain no longer gets the pillar's "
+                   f"updates. Point {key}= at {confdir}/{key.lower()}.sh, run scontrol reconfigure, then remove the "
+                   f"old one: state.apply epilog.clean pillar='{clean}'"}
+
+
 def _chain_wired(slurm_config_dir, config):
     """chain_wired's answer under CONFIG, the front's (settings, rules, layout)."""
     settings, rules, layout = config
@@ -383,8 +397,8 @@ def _chain_wired(slurm_config_dir, config):
                 # pillar's updates, yet slurmd runs it
                 if (trusted and not _MAGIC.search(value) and os.path.basename(target) == f"{key}.sh"
                         and _roots_chain(where, rules, layout["releases"]["dir"])):
-                    report["elsewhere"].append({"conf": _shown(path), "key": key.capitalize(), "value": _shown(value),
-                                                "dir": where})
+                    report["elsewhere"].append(_old_chain(_shown(path), key.capitalize(), _shown(value), where,
+                                                          confdir))
                     if where not in report["old_dirs"]:
                         report["old_dirs"].append(where)
     return report

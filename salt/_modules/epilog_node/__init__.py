@@ -12,6 +12,8 @@ of Python each). Where to change what:
 runner.py       the chain's rules: the parts in order, each under its
                 deadline, the marks and the user's lock, the lastuserjob
                 gate, the brake, the log, the record; explain's dry run
+budget.py       the chain's deadline budget: a chain's worst case, the
+                least chain_timeout, the seconds a part may have now
 worker.py       how a part runs: the worker's fork, pipes and reaping, a
                 site's part exec'd, a part run in the runner itself when no
                 pid is free (its scheduling put back)

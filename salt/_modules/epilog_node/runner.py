@@ -25,7 +25,7 @@ import stat
 import sys
 import time
 
-from . import evidence, guard, metrics, parts, record, registry, slurm, system, worker
+from . import budget, evidence, guard, metrics, parts, record, registry, slurm, system, worker
 from . import log as logs
 from .context import Context
 
@@ -373,11 +373,9 @@ class Run(worker.Worker):
             if why:
                 entries.append(self.skip(name, "warning", why, "not root's alone"))
                 continue
-            # The chain's own deadline: a part gets at most part_timeout, and
-            # never more than what is left of chain_timeout once the formula's
-            # own parts still to come have their part_timeout + 2 each (a site
-            # part cannot eat the time 39 and 40 need), less 5 s: 2 to kill a
-            # part, 1 for the whole seconds, 2 for the syslog and the exit.
+            # The chain's own deadline (budget.room): a part gets at most
+            # part_timeout, and never eats the time the formula's own parts
+            # still to come need.
             left = self.room(own_after)
             if left < 1:
                 entries.append(self.past_deadline(name))
@@ -449,11 +447,9 @@ class Run(worker.Worker):
         return entries
 
     def room(self, own_after):
-        """The seconds a part may have now: at most part_timeout, and never
-        more than what is left of chain_timeout once the formula's OWN_AFTER
-        parts still to come have their part_timeout + 2 each, less 5."""
-        part_timeout, chain_timeout = self.settings["part_timeout"], self.settings["chain_timeout"]
-        return min(part_timeout, int(chain_timeout - self.elapsed() - 5 - own_after * (part_timeout + 2)))
+        """The seconds a part may have now, with the formula's OWN_AFTER
+        parts still to come (budget.room)."""
+        return budget.room(self.settings["part_timeout"], self.settings["chain_timeout"], self.elapsed(), own_after)
 
     def past_deadline(self, name):
         return self.skip(name, "warning", "the chain's deadline of %ds is reached" % self.settings["chain_timeout"],

@@ -196,7 +196,9 @@ class Trust:
         """The rule for one directory, from its lstat ST: a real directory
         of root's that no group and no other user can write, or, when it is
         not the LAST (the one a file sits in) but an ancestor, one that is
-        sticky."""
+        sticky. The state epilog.config judges the directories of the log,
+        the records, the metrics and the ssh allow file by it, in Jinja
+        (tests/unit/test_config_root_only.py holds the two together)."""
         return (stat.S_ISDIR(st.st_mode) and st.st_uid == 0
                 and (not st.st_mode & 0o022 or (not last and st.st_mode & stat.S_ISVTX)))
 
