@@ -226,9 +226,10 @@ def test_the_recovery_operations_get_the_merge_without_the_checks(tmp_path):
 
 def test_the_sweep_refuses_exactly_the_scratch_patterns_the_rules_refuse():
     """The sweep runs on nodes without rules.yaml, so it holds the pattern
-    itself: the very same one."""
+    itself (sweep_names, compiled by the sweep): the very same one."""
     from tests.unit.conftest import node  # pylint: disable=import-outside-toplevel
 
+    assert node("sweep_names").SCRATCH_PATTERN == RULES["scratch_pattern"]
     assert node("sweep").PATTERN_OK.pattern == RULES["scratch_pattern"]
 
 

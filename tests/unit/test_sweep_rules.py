@@ -15,6 +15,8 @@ from tests.helpers import REPO
 from tests.unit.conftest import node
 
 sweep = node("sweep")
+sweep_names = node("sweep_names")
+sweep_report = node("sweep_report")
 system = node("system")
 logs = node("log")
 parts = node("parts")
@@ -284,8 +286,7 @@ def residue_dir(tmp_path, monkeypatch, names):
     residue.mkdir()
     for name in names:
         (residue / name).write_bytes(b"")
-    monkeypatch.setattr(sweep, "TMP", str(residue))
-    monkeypatch.setattr(parts, "TMP", str(residue))
+    monkeypatch.setattr(sweep_names, "TMP", str(residue))
     return residue
 
 
@@ -319,7 +320,7 @@ def test_the_runners_sigterm_ends_the_sweep_with_what_it_did_in_the_log(tmp_path
         parts.sweep(ctx)
     finally:
         signal.signal(signal.SIGTERM, before)
-        sweep._SIGTERM.clear()
+        sweep_report._SIGTERM.clear()
     gone = sorted(f"{residue}/{name}" for name in {f"clsbd.user{i}.{dead}" for i in range(10)}
                   - set(os.listdir(residue)))
     assert len(gone) == 3 and sorted(removals) == gone
@@ -372,10 +373,10 @@ def test_the_sweeps_fact_is_one_line_of_json_whatever_the_names(name):
     """Names in /tmp are a user's: the fact the runner sends down its pipe
     stays one line of printable ASCII that parses back to the very names the
     sweep reported."""
-    report = {"counts": {kind: {"removed": 0, "kept": 0} for kind in sweep.KINDS},
+    report = {"counts": {kind: {"removed": 0, "kept": 0} for kind in sweep_names.KINDS},
               "removed": [system.show(name)],
               "kept": [{"path": system.show(name + "k"), "kind": "clsbd", "reason": "x"}]}
-    line = json.dumps(["fact", "sweep", sweep.fact(report)])
+    line = json.dumps(["fact", "sweep", sweep_report.fact(report)])
     assert "\n" not in line and line.isascii() and line.isprintable()
     fact = json.loads(line)[2]
     assert fact["removed"] == [system.show(name)] and fact["kept"] == [system.show(name + "k")]
@@ -383,10 +384,10 @@ def test_the_sweeps_fact_is_one_line_of_json_whatever_the_names(name):
 
 def test_the_sweeps_fact_is_bounded_however_much_was_removed():
     names = [f"/tmp/clsbd.user{i:04d}.{'x' * 80}" for i in range(500)]
-    report = {"counts": {kind: {"removed": 0, "kept": 0} for kind in sweep.KINDS}, "removed": names,
+    report = {"counts": {kind: {"removed": 0, "kept": 0} for kind in sweep_names.KINDS}, "removed": names,
               "kept": [{"path": n, "kind": "clsbd", "reason": "x"} for n in names]}
-    fact = sweep.fact(report)
-    assert len(json.dumps(fact)) < sweep.FACT_PATH_CHARS + 400
+    fact = sweep_report.fact(report)
+    assert len(json.dumps(fact)) < sweep_report.FACT_PATH_CHARS + 400
     assert fact["removed"] == names[:len(fact["removed"])] and fact["removed_more"] == 500 - len(fact["removed"]) > 0
     assert fact["kept_more"] == 500 - len(fact["kept"]) > 0
 
@@ -397,11 +398,11 @@ def test_what_users_can_create_is_logged_summed_up(tmp_path, monkeypatch):
     residue = residue_dir(tmp_path, monkeypatch, [])
     for i in range(5000):
         (residue / f".X{i}-lock").write_bytes(b"nonsense")
-    monkeypatch.setattr(sweep, "X11_DIR_OWNER", os.getuid())
+    monkeypatch.setattr(sweep_names, "X11_DIR_OWNER", os.getuid())
     lines = []
     report = sweep.run_sweep(log=lambda level, line: lines.append((level, line)))
     assert report["counts"]["x_lock"]["kept"] == 5000
     warnings = [line for level, line in lines if level == "warning"]
     assert len(warnings) == 1, lines[:5]
     assert warnings[0].startswith("kept X displays and locks whose lock is malformed or unreadable: 5000 entries; "
-                                  f"the first {sweep.FEW}: ")
+                                  f"the first {sweep_report.FEW}: ")

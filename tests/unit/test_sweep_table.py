@@ -4,7 +4,7 @@ whether a listener answers on a socket file, and which pids are alive as
 their file's owner. The entries are real (socket files, locks, clsbd files)
 in a directory of the test's own standing in for /tmp, judged and removed by
 the real sweep. No root, no Salt, no /tmp: /tmp/.X11-unix must be root's,
-and here the test's own uid stands in (X11_DIR_OWNER). The node tier runs
+and here the test's own uid stands in (sweep_names.X11_DIR_OWNER). The node tier runs
 the same table with real X servers and real processes
 (tests/sweep_scenarios.py). judge_display, the display rows as a function
 of their facts, is called directly too."""
@@ -16,6 +16,8 @@ import pytest
 from tests.unit.conftest import node
 
 sweep = node("sweep")
+names = node("sweep_names")
+holders = node("sweep_holders")
 
 LIVE, DEAD = 4242, 4343
 # the owner of the entries: the test's own uid, or, run as root, an ordinary one
@@ -67,8 +69,8 @@ def test_the_decision_table_row_by_row(tmp_path, monkeypatch, entries, inputs, c
             (tmp / name).write_bytes(content)
         if os.getuid() == 0:
             os.chown(tmp / name, JOB_UID, -1, follow_symlinks=False)  # a job's uid is never root's
-    monkeypatch.setattr(sweep, "TMP", str(tmp))
-    monkeypatch.setattr(sweep, "X11_DIR_OWNER", os.getuid())
+    monkeypatch.setattr(names, "TMP", str(tmp))
+    monkeypatch.setattr(names, "X11_DIR_OWNER", os.getuid())
     bound = inputs.get("bound", set())
 
     def bound_socket_files(deadline=None):
@@ -80,11 +82,11 @@ def test_the_decision_table_row_by_row(tmp_path, monkeypatch, entries, inputs, c
             out[(st.st_dev, st.st_ino & 0xFFFFFFFF)] = 1000 + len(out)
         return out
 
-    monkeypatch.setattr(sweep, "bound_socket_files", bound_socket_files)
-    monkeypatch.setattr(sweep._Sweep, "listener_answers", lambda self, x_fd, name, st: name in inputs.get("answers", ()))
-    monkeypatch.setattr(sweep._Sweep, "alive_as", lambda self, pid, uid: pid == LIVE)
-    monkeypatch.setattr(sweep._Sweep, "holders", lambda self, inodes: {})
-    monkeypatch.setattr(sweep._Sweep, "comm", staticmethod(lambda pid: "stub"))
+    monkeypatch.setattr(holders, "bound_socket_files", bound_socket_files)
+    monkeypatch.setattr(holders.Processes, "listener_answers", lambda self, x_fd, name, st: name in inputs.get("answers", ()))
+    monkeypatch.setattr(holders.Processes, "alive_as", lambda self, pid, uid: pid == LIVE)
+    monkeypatch.setattr(holders.Processes, "holders", lambda self, inodes: {})
+    monkeypatch.setattr(holders.Processes, "comm", staticmethod(lambda pid: "stub"))
     job = call.get("job")
     report = sweep.run_sweep(job=job, uid=JOB_UID if job else None, patterns=["slurm{jobid}*"] if job else [])
     assert set(report["removed"]) == {f"{tmp}/{name}" for name in removed}, report

@@ -51,11 +51,8 @@ def sweep(salt, test=None, job=None, user=None, budget=None, remove_ipc=False, *
     try:
         if brake and brake.state == "ignored" and not test:
             log.warning(f"stop file {brake.why}")
-        report = _node.sweep.run_sweep(
-            test=test, job=job, patterns=settings["scratch_patterns"],
-            budget=settings["sweep_budget"] if budget is None else budget, log=log.line, uid=uid, locks=locks,
-            would=bool(held) and not test,
-        )
+        report = _node.sweep.run_with(settings, test=test, job=job, budget=budget, log=log.line, uid=uid,
+                                      locks=locks, would=bool(held) and not test)
     except _node.sweep.SweepError as exc:
         raise CommandExecutionError(str(exc)) from exc
     finally:
@@ -66,7 +63,7 @@ def sweep(salt, test=None, job=None, user=None, budget=None, remove_ipc=False, *
     report["ipc"], ipc_fact, ipc_held = _between_jobs_ipc(settings, _Chain(settings["slurm_config_dir"], layout), test,
                                                           remove_ipc, source)
     if not test:
-        facts = {"sweep": _node.sweep.fact(report)}
+        facts = {"sweep": _node.sweep_report.fact(report)}
         if ipc_fact:
             facts["ipc"] = ipc_fact
         _between_jobs_record(salt, settings, "sweep", start, source, parts=[_node.record.part_ran(

@@ -32,7 +32,16 @@ parts.py        the parts' dispatch (each action by the registry), the
 allow.py        parts 39 and 50: the ssh allow file's edit, revoke, grant
 kill.py         part 40: the kill's rounds, the frozen round, kill slots
 reach.py        whose a process is to the kill, and the scan of /proc
-sweep.py        the residue sweep's decision table (part 45, epilog.sweep)
+sweep.py        the residue sweep's decision table (part 45, epilog.sweep):
+                each entry's facts gathered, judged and acted on
+sweep_names.py  where the residue lies, the names and patterns of each
+                kind, part 45's first look (imports no re)
+sweep_holders.py  who holds it: the kernel's socket diagnostics in every
+                network namespace, a listener's answer, the processes
+sweep_remove.py the sweep's removal: re-checked, relative to a directory
+                handle, the job's scratch walked, an owner's lock
+sweep_report.py the sweep's report, its log, its budget and SIGTERM, the
+                fact for the job end's record
 walk.py         the walk of a tree parts 42 and 45 remove from: any depth,
                 bounded descriptors, never a symlink, never out of the tree
 record.py       the decision record: each kind's fields, built and written

@@ -13,9 +13,10 @@ import stat
 from . import log as logs
 from . import system
 from .record import MODES
+from .sweep_names import KINDS
 
 # the residue kinds a report counts: part 45's, and part 42's files
-RESIDUE_KINDS = ("x_socket", "x_lock", "clsbd", "scratch", "user_files")
+RESIDUE_KINDS = (*KINDS, "user_files")
 _HELP = (
     ("epilog_acts_total", "Job ends that ran the lastuserjob parts for the user."),
     ("epilog_spares_total", "Job ends that spared the user (another job of theirs here, listed, or a system "

@@ -160,59 +160,31 @@ def clean_ipc(ctx, uid):
 
 
 # -- 45: the residue sweep --------------------------------------------------------
-TMP = "/tmp"
-
-
-def _has_residue(job):
-    """A look first: /tmp holds something the sweep would judge (an X
-    lock, a clsbd file, the X socket directory's entries, the job's
-    scratch)? On a node without residue the sweep is never imported."""
-    try:
-        names = os.listdir(TMP)
-    except OSError:
-        return True  # the sweep says why
-    for name in names:
-        if name.startswith((".X", "clsbd.")) and name != ".X11-unix":
-            return True
-        if job and job in name:
-            return True
-    try:
-        st = os.lstat(TMP + "/.X11-unix")
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-    if not stat.S_ISDIR(st.st_mode):
-        return True
-    try:
-        return bool(os.listdir(TMP + "/.X11-unix"))
-    except OSError:
-        return True
-
-
 def sweep(ctx):
+    from . import sweep_names  # pylint: disable=import-outside-toplevel
+
     settings = ctx.settings
     job = ctx.job if system.digits(ctx.job or "") and system.digits(ctx.env.get("SLURM_JOB_UID") or "") else None
-    if not _has_residue(job):
-        return
+    if not sweep_names.has_residue(job):
+        return  # on a node without residue the sweep is never imported
     from . import sweep as residue  # pylint: disable=import-outside-toplevel
+    from . import sweep_report  # pylint: disable=import-outside-toplevel
 
     uid = ctx.env.get("SLURM_JOB_UID")
     if not (job and system.digits(uid or "") and 1 <= int(uid) <= system.UID_MAX_REAL):
         job = uid = None  # no scratch without a plain job id and uid
     # the runner's SIGTERM (the part's time is up) stops the sweep at the next
     # entry, and what it did is logged
-    signal.signal(signal.SIGTERM, residue.terminated)
+    signal.signal(signal.SIGTERM, sweep_report.terminated)
     try:
-        report = residue.run_sweep(job=job, patterns=settings["scratch_patterns"], budget=settings["sweep_budget"],
-                                   log=ctx.log, uid=uid, would=observing(settings))
+        report = residue.run_with(settings, job=job, log=ctx.log, uid=uid, would=observing(settings))
     except residue.SweepError as exc:
         ctx.log("warning", "sweep could not run: %s" % exc)
         return
-    except residue.Terminated as exc:
+    except sweep_report.Terminated as exc:
         ctx.log("warning", "sweep %s; what is left waits for the next job end" % exc)
         return
-    ctx.fact("sweep", residue.fact(report))
+    ctx.fact("sweep", sweep_report.fact(report))
 
 
 
