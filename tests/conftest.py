@@ -223,6 +223,8 @@ def cbin():
                    check=True)
     subprocess.run(["gcc", "-Wall", "-Werror", "-O2", "-shared", "-fPIC", "-o", str(out / "libnss_epilogtest.so.2"),
                     str(src / "nss_epilogtest.c")], check=True)
+    subprocess.run(["gcc", "-Wall", "-Werror", "-O2", "-shared", "-fPIC", "-o", str(out / "libcgroup2_only.so"),
+                    str(src / "cgroup2_only.c"), "-ldl"], check=True)
     yield out
     shutil.rmtree(out, ignore_errors=True)
 

@@ -19,11 +19,12 @@ CODE = ("import sys; sys.path.insert(0, sys.argv[1]); from epilog_node import st
 USERS = ("alice", "alicex", "je.kim", "alice.b")
 
 
-def look(chain, kill=False, test=False, source="call", ipc_only=False):
-    """The release's strays program, as the epilog module runs it: its report."""
+def look(chain, kill=False, test=False, source="call", ipc_only=False, prefix=()):
+    """The release's strays program, as the epilog module runs it: its
+    report. PREFIX runs it in another context (a mount namespace)."""
     args = {"kill": kill, "test": test, "source": source, "slurmd_pid": 0, "env": {"SLURMD_NODENAME": HOST},
             "ipc_only": ipc_only}
-    proc = subprocess.run([PYTHON, "-ISB", "-c", CODE, str(chain.view(chain.release)), json.dumps(args)],
+    proc = subprocess.run([*prefix, PYTHON, "-ISB", "-c", CODE, str(chain.view(chain.release)), json.dumps(args)],
                           capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)

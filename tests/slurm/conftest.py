@@ -99,11 +99,15 @@ def pytest_generate_tests(metafunc):
     """A test that takes a Slurm (the slurm or cgroup_slurm fixture) runs on each Slurm release of
     DEFAULT_SLURMS when its file is one of ON_EVERY_SLURM, else on 22.05. EPILOG_SLURMS (a comma
     list of SLURMS: 22.05, or 24.11,26.05) chooses the releases instead; CI leaves it unset."""
-    if "slurm_release" not in metafunc.fixturenames:
+    if "slurm_release" not in metafunc.fixturenames and "v2_case" not in metafunc.fixturenames:
         return
     wanted = [v for v in os.environ.get("EPILOG_SLURMS", ",".join(DEFAULT_SLURMS)).split(",") if v]
     if not wanted or set(wanted) - set(SLURMS):
         raise pytest.UsageError(f"EPILOG_SLURMS={os.environ.get('EPILOG_SLURMS')!r}: a comma list of {', '.join(SLURMS)}")
+    if "v2_case" in metafunc.fixturenames:
+        cases = [case for case, (release, _) in V2_CASES.items() if release in wanted]
+        metafunc.parametrize("v2_case", cases, indirect=True, scope="module", ids=[f"slurm{c}" for c in cases])
+        return
     every = Path(str(metafunc.definition.path)).name in ON_EVERY_SLURM
     releases = [v for v in SLURMS if v in wanted] if every else ["22.05"]
     metafunc.parametrize("slurm_release", releases, indirect=True, scope="module",
@@ -236,13 +240,97 @@ def tmpfs_slurm(munge, accounts, slurm_release):
         yield s
 
 
+# The cgroup v2 job ends: (release, CgroupJobIdPaths=yes) by case. 22.05
+# names a job's directory job_<id>; 26.05 by its SLUID, or job_<id> again
+# with CgroupJobIdPaths=yes.
+V2_CASES = {"22.05": ("22.05", False), "26.05-sluid": ("26.05", False), "26.05-jobidpaths": ("26.05", True)}
+
+
+@pytest.fixture(scope="module")
+def v2_case(request):
+    """A key of V2_CASES."""
+    return request.param
+
+
+def v2_cgroup_conf(release, job_id_paths):
+    """cgroup.conf of a node without systemd on cgroup v2 (22.05 still
+    wants CgroupAutomount, defunct from 24.11)."""
+    return ("CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes\n" + ("CgroupAutomount=yes\n" if release == "22.05" else "")
+            + ("CgroupJobIdPaths=yes\n" if job_id_paths else ""))
+
+
+class Cgroup2Namespace:
+    """A private mount namespace, held open by a process, with the kernel's
+    cgroup2 hierarchy mounted at /sys/fs/cgroup (as a pure-v2 node has it)
+    and system.slice made (no systemd makes it here). PREFIX runs a command
+    in it; TREE is that /sys/fs/cgroup seen from outside (through the
+    holder's root)."""
+
+    def __init__(self):
+        require("cgroup2" in Path("/proc/filesystems").read_text(), "cgroup2 in /proc/filesystems")
+        require_tools("unshare", "nsenter")
+        self.holder = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+             "mount -t cgroup2 none /sys/fs/cgroup && echo ready && exec sleep 3600"],
+            stdout=subprocess.PIPE, text=True)
+        if self.holder.stdout.readline().strip() != "ready":
+            self.holder.kill()
+            raise AssertionError("could not mount cgroup2 at /sys/fs/cgroup in a mount namespace")
+        self.prefix = ["nsenter", f"--target={self.holder.pid}", "--mount", "--"]
+        self.tree = Path(f"/proc/{self.holder.pid}/root/sys/fs/cgroup")
+        self.made_slice = not (self.tree / "system.slice").exists()
+        (self.tree / "system.slice").mkdir(exist_ok=True)
+
+    def close(self):
+        """Removes the scopes Slurm made (empty once its jobs and slurmd
+        have gone) and the slice if it was made here; ends the holder."""
+        try:
+            for scope in (self.tree / "system.slice").glob("*slurmstepd.scope"):
+                for where, _, _ in sorted(os.walk(scope), key=lambda w: -w[0].count("/")):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(where)
+            if self.made_slice:
+                with contextlib.suppress(OSError):
+                    (self.tree / "system.slice").rmdir()
+        finally:
+            self.holder.kill()
+            self.holder.wait()
+
+
+@pytest.fixture(scope="module")
+def v2_slurm(munge, accounts, cbin, v2_case):
+    """A real one-node Slurm under proctrack/cgroup on cgroup v2
+    (cgroup/v2, task/none: the controllers are bound to v1 on this
+    machine's kernel, and proctrack needs none), PrologFlags=Contain, one
+    start per V2_CASES case. slurmd runs in a Cgroup2Namespace, so its
+    slurmstepds, and the epilog chain it runs, read and write the real
+    cgroup2 tree at /sys/fs/cgroup. The kernel still lists its v1
+    hierarchies in every /proc/PID/cgroup, which Slurm refuses ("Hybrid
+    mode is not supported"): tests/c/cgroup2_only.c, preloaded into slurmd,
+    shows Slurm's daemons that file as a pure-v2 node would, its 0:: line
+    alone, and nothing else (the chain reads the file as it is). Jobs
+    share cores: a test runs three at once.
+    The Slurm gets NS (the namespace) and NAMING ("id" or "sluid")."""
+    release, job_id_paths = V2_CASES[v2_case]
+    ns = Cgroup2Namespace()
+    preload = ["env", f"LD_PRELOAD={cbin / 'libcgroup2_only.so'}"]
+    try:
+        with running_slurm(release, cgroup_v2=v2_cgroup_conf(release, job_id_paths), shared=True,
+                           place_slurmd=lambda s: ([*ns.prefix, *preload], str(s.conf))) as s:
+            s.ns, s.naming = ns, "sluid" if since(release, "26.05") and not job_id_paths else "id"
+            yield s
+    finally:
+        ns.close()
+
+
 def since(release, first):
     """Whether Slurm RELEASE ("26.05") is FIRST or later."""
     return tuple(map(int, release.split("."))) >= tuple(map(int, first.split(".")))
 
 
 @contextlib.contextmanager
-def running_slurm(slurm_release, cgroup=False, tmpfs=False, conf_via="env", place_slurmd=None):
+def running_slurm(slurm_release, cgroup=False, tmpfs=False, conf_via="env", place_slurmd=None, cgroup_v2=None,
+                  shared=False):
     """A real one-node Slurm of SLURM_RELEASE, its Epilog=/Prolog= the chain
     (laid down without Salt). slurmd finds its slurm.conf by CONF_VIA:
     SLURM_CONF in its environment ("env", as a systemd Environment= line
@@ -250,7 +338,10 @@ def running_slurm(slurm_release, cgroup=False, tmpfs=False, conf_via="env", plac
     --conf-server, no local file; it caches the controller's in its spool).
     PLACE_SLURMD(slurm), when given, is called before slurmd starts and
     returns (a command prefix it runs under, the path of its -f): a slurmd
-    in a mount namespace of its own. The clients always have SLURM_CONF."""
+    in a mount namespace of its own. CGROUP_V2, a cgroup.conf: proctrack/cgroup
+    on cgroup v2, with task/none. SHARED: up to 4 jobs share a core (more
+    jobs at once than a small machine has cores). The clients always have
+    SLURM_CONF."""
     sbin, bin_dir = SLURMS[slurm_release]["sbin"], SLURMS[slurm_release]["bin"]
     build = SLURMS[slurm_release].get("prefix")
     how = f"bash .ci/slurm-build {slurm_release}" if build else "bash .ci/setup"
@@ -284,7 +375,7 @@ SlurmctldPort={slurmctld_port}
 SlurmdPort={slurmd_port}
 AuthType=auth/munge
 SlurmUser=root
-ProctrackType={"proctrack/cgroup" if cgroup else "proctrack/linuxproc"}
+ProctrackType={"proctrack/cgroup" if cgroup or cgroup_v2 else "proctrack/linuxproc"}
 TaskPlugin={"task/cgroup" if cgroup else "task/none"}
 JobAcctGatherType=jobacct_gather/none
 SelectType=select/cons_tres
@@ -299,15 +390,15 @@ SlurmdPidFile={base}/run/slurmd.pid
 Epilog={site_epilog}
 Epilog={chain.conf_dir}/epilog.sh
 Prolog={chain.conf_dir}/prolog.sh
-PrologFlags={"Contain" if cgroup or tmpfs else "Alloc"}
+PrologFlags={"Contain" if cgroup or cgroup_v2 or tmpfs else "Alloc"}
 PrologEpilogTimeout=120
 {timeouts}
 {"SlurmctldParameters=enable_configless" if conf_via == "configless" else ""}
 NodeName={HOST} CPUs={os.cpu_count()} State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP{" OverSubscribe=FORCE:4" if shared else ""}
 """)
-    if cgroup:
-        (base / "cgroup.conf").write_text(CGROUP_CONF)
+    if cgroup or cgroup_v2:
+        (base / "cgroup.conf").write_text(cgroup_v2 or CGROUP_CONF)
     if tmpfs:
         with conf.open("a") as handle:
             # job_container/tmpfs is namespace/tmpfs from 25.11 (the old key and

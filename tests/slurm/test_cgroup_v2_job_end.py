@@ -1,0 +1,162 @@
+"""Real job ends under proctrack/cgroup on cgroup v2, on 22.05 (job_<id>
+under Debian's <node>_slurmstepd.scope) and 26.05 (the job's SLUID under
+slurmstepd.scope, and job_<id> with CgroupJobIdPaths=yes): one Slurm start
+per case (the v2_slurm fixture). slurmd runs where the kernel's cgroup2
+hierarchy is mounted at /sys/fs/cgroup, as on a pure-v2 node; a preloaded
+library shows Slurm's daemons /proc/PID/cgroup as such a node has it (the 0::
+line alone: this machine's kernel lists its v1 hierarchies too, and Slurm
+refuses that). The chain, run by that slurmd, reads the v2 tree as it is.
+Slurm ends what runs in a job's cgroup; part 40 ends what runs outside any
+job at the user's last job end, and its record tells the two apart."""
+import os
+import pwd
+
+from tests.helpers import HOST, uid_of, wait_for
+from tests.node.test_strays import look, told
+from tests.slurm.test_cgroup_job_end import outside_any_job
+from tests.slurm.test_slurm_job_end import STRAY, alive_as, assert_not_drained, kill, record_of, stray_pid
+from tests.unit.conftest import node
+
+system = node("system")
+
+
+def scope(slurm):
+    """Slurm's scope: Debian's 22.05 is built with MULTIPLE_SLURMD."""
+    return f"{HOST}_slurmstepd.scope" if slurm.release == "22.05" else "slurmstepd.scope"
+
+
+def job_dir(slurm, job):
+    """(kind, name) of JOB's directory as this Slurm names it: ("id", "<id>")
+    for job_<id>, ("sluid", "s...") for the SLUID the controller gives it."""
+    if slurm.naming == "id":
+        return "id", job
+    # 26.05.3's scontrol prints no SLUID for these jobs: the directory under
+    # the scope whose processes Slurm started with SLURM_JOB_ID=JOB, and the
+    # SLURM_JOB_SLUID it gave them names it (the test's own reading: root's)
+    top = slurm.ns.tree / "system.slice" / scope(slurm)
+    for entry in sorted(os.listdir(top)):
+        if entry == "system" or not (top / entry).is_dir():
+            continue
+        for where, _, _ in os.walk(top / entry):
+            try:
+                pids = (top / where / "cgroup.procs").read_text().split()
+            except OSError:
+                continue
+            for pid in pids:
+                try:
+                    env = dict(item.split(b"=", 1) for item in open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+                               if b"=" in item)
+                except OSError:
+                    continue
+                if env.get(b"SLURM_JOB_ID") == str(job).encode():
+                    assert env.get(b"SLURM_JOB_SLUID", entry.encode()).decode() == entry, (entry, env.get(b"SLURM_JOB_SLUID"))
+                    return "sluid", entry
+    raise AssertionError(f"no directory under {top} holds a process of job {job}: {sorted(os.listdir(top))}")
+
+
+def processes_in(slurm, job, uid):
+    """{pid: /proc/PID/cgroup} of UID's live processes in JOB's cgroup, read
+    from the v2 tree itself (its directory under the scope, every level)."""
+    kind, name = job_dir(slurm, job)
+    top = slurm.ns.tree / "system.slice" / scope(slurm) / (f"job_{name}" if kind == "id" else name)
+    found = {}
+    for where, _, _ in os.walk(top):
+        try:
+            pids = (top / where / "cgroup.procs").read_text().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                if os.stat(f"/proc/{pid}").st_uid == uid:
+                    found[int(pid)] = open(f"/proc/{pid}/cgroup").read()
+            except OSError:
+                continue
+    return found
+
+
+def running_in(slurm, job, uid, count):
+    """UID's processes in JOB's cgroup, once COUNT of them run there."""
+    return wait_for(lambda: (lambda found: found if len(found) >= count else None)(processes_in(slurm, job, uid)),
+                    60, what=f"{count} processes of uid {uid} in job {job}'s cgroup")
+
+
+def as_grandchild(uid, command):
+    """A batch script that runs COMMAND as UID one process below it (not a
+    child of slurmstepd, which the chain's evidence would count as a job of
+    UID's)."""
+    pw = pwd.getpwuid(uid)
+    return f"setpriv --reuid={pw.pw_uid} --regid={pw.pw_gid} --init-groups {command}; true"
+
+
+def test_the_first_of_two_jobs_ends_alone_and_the_last_ends_what_runs_outside_any_job(v2_slurm, rsyslog):
+    """alice runs a stray outside any job, a batch job, and a process in a
+    job of root's (an admin's job running something as her); her first job
+    ends while the batch job runs: Slurm ends the first job's processes,
+    and the chain sees the other job and leaves everything else. Her last
+    job end: Slurm ends the batch job's processes, part 40 the stray and
+    the process in root's job, and its record counts one stray and one in
+    another job's cgroup."""
+    slurm, uid = v2_slurm, uid_of("alice")
+    outside = outside_any_job("alice")
+    second = rooted = None
+    try:
+        second = slurm.submit("alice", "sleep 300")
+        kept = running_in(slurm, second, uid, 2)  # its batch script and the sleep
+        expected = job_dir(slurm, second)
+        for pid, cgroup in kept.items():
+            assert f"0::/system.slice/{scope(slurm)}/{'job_' if expected[0] == 'id' else ''}{expected[1]}/step_batch/" \
+                in cgroup, (pid, cgroup)
+            assert system.job_of_cgroup(cgroup, uid) == expected, (pid, cgroup)
+        rooted = slurm.submit("root", as_grandchild(uid, "sleep 600"))
+        theirs = running_in(slurm, rooted, uid, 1)
+
+        first, out = slurm.run_job("alice", STRAY)
+        inside = stray_pid(out)
+        record = record_of(slurm.chain, first)
+        assert record["other"]["answer"] == "yes", record
+        assert {part["part"]: part["ran"] for part in record["parts"]}["40-lastuserjob-processes"] is False, record
+        assert not alive_as(inside, "alice"), "Slurm left a process in the ending job's cgroup"
+        left = [pid for pid in (*kept, *theirs, outside.pid) if not alive_as(pid, "alice")]
+        assert not left, f"the end of the first job ended {left}"
+
+        slurm.cmd("scancel", second)
+        record = record_of(slurm.chain, second)
+        assert record["other"]["answer"] == "no" and record["guard"]["answer"] == "act", record
+        kill_facts = {part["part"]: part for part in record["parts"]}["40-lastuserjob-processes"]["facts"]["kill"]
+        assert {key: value for key, value in kill_facts.items() if key != "rounds"} == {
+            "outcome": "done", "signalled": 2, "strays": 1, "in_job_cgroup": 0, "in_other_job_cgroup": 1,
+            "unclassified": 0, "resumed": 0, "saved_only": 0, "one_by_one": 0, "continued": 0}, kill_facts
+        wait_for(lambda: not any(alive_as(pid, "alice") for pid in (*kept, *theirs, outside.pid)), 10,
+                 what="alice's processes to die")
+        assert_not_drained(slurm)
+    finally:
+        kill(outside.pid)
+        outside.wait()
+        for job in (second, rooted):
+            if job is not None:
+                slurm.cmd("scancel", job, check=False)
+        slurm.wait_idle()
+
+
+def test_epilog_strays_finds_a_running_job_by_its_cgroup(v2_slurm, rsyslog):
+    """Between job ends, epilog.strays (the node program, run where slurmd
+    runs) tells alice's running job by the cgroup her processes are in,
+    whatever this Slurm names it, and kills nothing of hers."""
+    slurm, uid = v2_slurm, uid_of("alice")
+    outside = outside_any_job("alice")
+    job = None
+    try:
+        job = slurm.submit("alice", "sleep 300")
+        kept = running_in(slurm, job, uid, 2)
+        report = look(slurm.chain, kill=True, prefix=slurm.ns.prefix)
+        alice = told(report)["alice"]
+        _, name = job_dir(slurm, job)
+        assert alice["answer"] == "job", alice
+        assert alice["why"] in {f"process {pid} is in the cgroup of Slurm job {name}" for pid in kept}, alice
+        assert "kill" not in alice and all(alive_as(pid, "alice") for pid in (*kept, outside.pid)), alice
+    finally:
+        kill(outside.pid)
+        outside.wait()
+        if job is not None:
+            slurm.cmd("scancel", job, check=False)
+        slurm.wait_idle()
