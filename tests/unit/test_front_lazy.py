@@ -73,3 +73,30 @@ def test_a_load_inside_another_leaves_the_earlier_loads_imports_its_own():
     assert loaded(FRONT) == set() and loaded(NODE) == set()
     assert inner.checks is not checks and inner.checks._node is inner._node
     assert inner._node.runner is not runner
+
+
+def test_every_module_of_the_node_program_is_one_the_front_may_load_and_every_use_of_one_names_what_it_has():
+    """The lazy package answers only the modules it lists: a module of the
+    node program left out of PACKAGE_MODULES and PACKAGE_LATER is no
+    attribute of the package, so a room's _node.<module> would fail at the
+    call (verify's check of the socket diagnostics did, once sweep.py was
+    split). And every _node.<module>.<name> the rooms and the module write
+    names something that module has (a name moved to another module is
+    caught here, not on a node)."""
+    import ast
+    epilog = load_file(REPO / "_modules/epilog.py", "epilog_module_lazy_names")
+    files = {path.stem for path in (REPO / "salt/_modules/epilog_node").glob("*.py")} - {"__init__"}
+    listed = set(epilog.PACKAGE_MODULES + epilog.PACKAGE_LATER)
+    missing = []
+    for source in [REPO / "salt/_modules/epilog.py", *sorted((REPO / "salt/_modules/epilog_front").glob("*.py"))]:
+        for found in ast.walk(ast.parse(source.read_text())):
+            if (isinstance(found, ast.Attribute) and isinstance(found.value, ast.Attribute)
+                    and isinstance(found.value.value, ast.Name) and found.value.value.id == "_node"
+                    and found.value.attr in files):
+                if found.value.attr not in listed:
+                    missing.append(f"{source.name}:{found.lineno} _node.{found.value.attr}: not in PACKAGE_LATER")
+                    continue
+                module = getattr(epilog._node, found.value.attr)
+                if not hasattr(module, found.attr):
+                    missing.append(f"{source.name}:{found.lineno} _node.{found.value.attr}.{found.attr}")
+    assert not missing, missing

@@ -384,7 +384,7 @@ def _localusers(v):
 
 def _sock_diag(v):
     """The kernel's unix socket diagnostics, the sweep's evidence, can be read."""
-    if _node.sweep.bound_socket_files() is None:
+    if _node.sweep_holders.bound_socket_files() is None:
         v.problems.append("[sock-diag-unreadable] the kernel's unix socket diagnostics (NETLINK_SOCK_DIAG) cannot "
                           "be read: the sweep cannot tell whether an X socket is held, and keeps them all")
 
