@@ -124,7 +124,9 @@ def _synced():
     here = os.path.dirname(os.path.abspath(__file__))
     directory = os.path.join(here, PACKAGE)
     try:
-        missing = [sub for sub in ("__init__", *PACKAGE_MODULES) if not os.path.isfile(os.path.join(directory, f"{sub}.py"))]
+        # the synced copy is this version's: every module, the later ones too
+        missing = [sub for sub in ("__init__", *PACKAGE_MODULES, *PACKAGE_LATER)
+                   if not os.path.isfile(os.path.join(directory, f"{sub}.py"))]
         node = _load_package(directory, "_epilog_node_synced", lazy=True)
         if not missing:
             directory = os.path.join(here, FRONT)

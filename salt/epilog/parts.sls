@@ -239,7 +239,9 @@ epilog-slurm-conf-old-chain-test:
 {%-   if elsewhere %}
     - warnings:
 {%-     for item in elsewhere %}
-      - {{ item.why | json }}
+{#-       a module synced before items carried why (the apply that syncs
+          this one renders with the one before) #}
+      - {{ (item.get('why') or 'slurm.conf still runs the chain in %s' | format(item.get('dir'))) | json }}
 {%-     endfor %}
 {%-   endif %}
     - require:
