@@ -10,6 +10,7 @@ Slurm ends what runs in a job's cgroup; part 40 ends what runs outside any
 job at the user's last job end, and its record tells the two apart."""
 import os
 import pwd
+from pathlib import Path
 
 from tests.helpers import HOST, uid_of, wait_for
 from tests.node.test_strays import look, told
@@ -25,6 +26,16 @@ def scope(slurm):
     return f"{HOST}_slurmstepd.scope" if slurm.release == "22.05" else "slurmstepd.scope"
 
 
+def pids_under(top):
+    """The pids in the cgroup TOP and every cgroup below it (each level's
+    cgroup.procs; a level gone meanwhile holds none)."""
+    for where, _, _ in os.walk(top):
+        try:
+            yield from (top / where / "cgroup.procs").read_text().split()
+        except OSError:
+            continue
+
+
 def job_dir(slurm, job):
     """(kind, name) of JOB's directory as this Slurm names it: ("id", "<id>")
     for job_<id>, ("sluid", "s...") for the SLUID the controller gives it."""
@@ -37,20 +48,15 @@ def job_dir(slurm, job):
     for entry in sorted(os.listdir(top)):
         if entry == "system" or not (top / entry).is_dir():
             continue
-        for where, _, _ in os.walk(top / entry):
+        for pid in pids_under(top / entry):
             try:
-                pids = (top / where / "cgroup.procs").read_text().split()
+                env = dict(item.split(b"=", 1) for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                           if b"=" in item)
             except OSError:
                 continue
-            for pid in pids:
-                try:
-                    env = dict(item.split(b"=", 1) for item in open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-                               if b"=" in item)
-                except OSError:
-                    continue
-                if env.get(b"SLURM_JOB_ID") == str(job).encode():
-                    assert env.get(b"SLURM_JOB_SLUID", entry.encode()).decode() == entry, (entry, env.get(b"SLURM_JOB_SLUID"))
-                    return "sluid", entry
+            if env.get(b"SLURM_JOB_ID") == str(job).encode():
+                assert env.get(b"SLURM_JOB_SLUID", entry.encode()).decode() == entry, (entry, env.get(b"SLURM_JOB_SLUID"))
+                return "sluid", entry
     raise AssertionError(f"no directory under {top} holds a process of job {job}: {sorted(os.listdir(top))}")
 
 
@@ -60,17 +66,12 @@ def processes_in(slurm, job, uid):
     kind, name = job_dir(slurm, job)
     top = slurm.ns.tree / "system.slice" / scope(slurm) / (f"job_{name}" if kind == "id" else name)
     found = {}
-    for where, _, _ in os.walk(top):
+    for pid in pids_under(top):
         try:
-            pids = (top / where / "cgroup.procs").read_text().split()
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                found[int(pid)] = Path(f"/proc/{pid}/cgroup").read_text()
         except OSError:
             continue
-        for pid in pids:
-            try:
-                if os.stat(f"/proc/{pid}").st_uid == uid:
-                    found[int(pid)] = open(f"/proc/{pid}/cgroup").read()
-            except OSError:
-                continue
     return found
 
 

@@ -219,7 +219,7 @@ class _Chain:
         # stage: the runner's path in a release, which is also its entry's name
         self.runners = {stage: scripts[f"runner-{stage}"] for stage in ("epilog", "prolog")}
         # stage: the names of the formula's parts, now and before (a site part so named never runs)
-        self.formula_names = {stage: _node.runner.part_names(layout["scripts"] + layout["retired"], stage)
+        self.formula_names = {stage: _node.registry.part_names(layout["scripts"] + layout["retired"], stage)
                               for stage in self.runners}
         # stage: the directory of its parts, in a release and beside it
         self.parts_dirs = {script["stage"]: os.path.dirname(script["path"]) for script in layout["scripts"]

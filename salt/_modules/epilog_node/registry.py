@@ -13,6 +13,8 @@ Nothing here imports a part: an action is named (its module, its
 function), and parts.action imports the module the first time it runs
 one, so a job end imports only the parts it runs.
 """
+import os
+
 from . import system
 
 # name: the part's file name (epilog.d/NAME or prolog.d/NAME); stage: the
@@ -77,6 +79,14 @@ LINE_STAYS = ("the user's line in %s, if any, stays until a job end of theirs he
               "or until removed by hand")
 # what each of the epilog's parts does, in words
 DOES = {part.name: part.does for part in PARTS if part.stage == "epilog"}
+
+
+def part_names(entries, stage):
+    """The names of ENTRIES (layout.yaml's scripts, or its retired) that
+    are parts of STAGE (in <stage>.d/): the runner's own and retired
+    parts, and the module's (verify, the sweep's chain) from the same rule."""
+    prefix = stage + ".d/"
+    return [os.path.basename(entry["path"]) for entry in entries if entry["path"].startswith(prefix)]
 
 
 def observing(settings):

@@ -39,13 +39,6 @@ def load(release_dir):
     return data["settings"], data["rules"], data["layout"]
 
 
-def part_names(entries, stage):
-    """The names of ENTRIES (layout.yaml's scripts, or its retired) that
-    are parts of STAGE (in <stage>.d/)."""
-    prefix = stage + ".d/"
-    return [os.path.basename(entry["path"]) for entry in entries if entry["path"].startswith(prefix)]
-
-
 def listed(directory):
     """The names in DIRECTORY; none when it cannot be listed."""
     try:
@@ -148,8 +141,8 @@ class Run(worker.Worker):
         }
         runner = next(script["path"] for script in layout["scripts"] if script["id"] == "runner-" + stage)
         self.source = source or runner
-        self.own = part_names(layout["scripts"], stage)
-        self.retired = part_names(layout["retired"], stage)
+        self.own = registry.part_names(layout["scripts"], stage)
+        self.retired = registry.part_names(layout["retired"], stage)
         self.site_dir = os.path.join(confdir, stage + ".d")
         self.own_dir = os.path.join(release_dir, stage + ".d")
         self.job, self.user = env.get("SLURM_JOB_ID") or None, env.get("SLURM_JOB_USER")
