@@ -31,6 +31,13 @@ ROWS = [
      "v2", "job_<id> and SLUID", None),
     ("v2-scope-no-job-yet", [], True, None, (SCOPE, True, ["system"]), CG, None,
      "v2", "job_<id> or SLUID, none now", None),
+    # slurmd started by hand (no systemd) lives in the scope's slurmd/ (what 22.05 and 26.05 made here)
+    ("22.05-slurmd-by-hand", [], True, None, (DEBIAN, True, ["job_1", "system", "slurmd"]), CG, "cgroup/v2",
+     "v2", f"{DEBIAN}, job directories job_<id>", None),
+    ("26.05-sluid-slurmd-by-hand", [], True, None, (SCOPE, True, [SLUID, "system", "slurmd"]), CG, "cgroup/v2",
+     "v2", f"{SCOPE}, job directories SLUID", None),
+    ("slurmd-by-hand-no-job-yet", [], True, None, (SCOPE, True, ["system", "slurmd"]), CG, None,
+     "v2", "job_<id> or SLUID, none now", None),
     ("container-parent", [], True, None, ("/docker-x.scope/system.slice/n1_slurmstepd.scope", True, ["job_1"]), CG,
      None, "v2", "/docker-x.scope/system.slice/n1_slurmstepd.scope", None),
     ("v2-no-scope-yet", [], True, None, None, CG, None, "v2", "no [<node>_]slurmstepd.scope", None),

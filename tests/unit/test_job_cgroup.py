@@ -89,6 +89,9 @@ SLUID = "sEKNKTV3WPV500"  # cgroup.conf(5)'s example of 26.05
     # outside any job: no scope, slurmstepd's own, the scope alone, no node name
     ("0::/user.slice/user-50101.slice/session-3.scope\n", None),
     ("0::/system.slice/slurmstepd.scope/system\n", None),
+    # slurmd started by hand (no systemd): slurmd/ in the scope, its prolog's and epilog's too (real, 22.05 and 26.05)
+    ("0::/system.slice/slurmstepd.scope/slurmd\n", None),
+    ("0::/system.slice/cg2node_slurmstepd.scope/slurmd\n", None),
     ("0::/system.slice/slurmstepd.scope\n", None),
     ("0::/system.slice/_slurmstepd.scope/job_3\n", None),
     ("0::/system.slice/slurmstepd.scope.x/job_3\n", None),
@@ -104,6 +107,8 @@ SLUID = "sEKNKTV3WPV500"  # cgroup.conf(5)'s example of 26.05
     ("6:freezer:/system.slice/slurmstepd.scope/job_9\n", None),
     ("0::/system.slice/slurmstepd.scope/job_3x/step_0\n", "unknown"),
     ("0::/system.slice/slurmstepd.scope/job_\n", "unknown"),
+    ("0::/system.slice/slurmstepd.scope/slurmd2/step_0\n", "unknown"),
+    ("0::/system.slice/slurmstepd.scope/Slurmd\n", "unknown"),
     ("0::/system.slice/slurmstepd.scope/step_0/job_9\n", "unknown"),
     ("0::/system.slice/slurmstepd.scope/seknktv3wpv500/step_0\n", "unknown"),
     ("0::/system.slice/slurmstepd.scope/sGKNKTV3WPV500/step_0\n", "unknown"),

@@ -488,6 +488,11 @@ _SLUID_DIGITS = frozenset("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
 # the directories of a /proc/PID/cgroup path whose owners are read, at most
 CGROUP_DEPTH = 32
 _STEPD_SCOPE = "slurmstepd.scope"
+# The directories of Slurm's own processes in its scope (cgroup_v2.c):
+# system/ (SYSTEM_CGDIR, where slurmstepds wait before they join a job) and
+# slurmd/ (SLURMD_CGROUP, slurmd's own and its prolog's and epilog's where
+# slurmd was started by hand, with no INVOCATION_ID from systemd)
+_SLURM_OWN = frozenset(("system", "slurmd"))
 
 
 def job_dir(name):
@@ -515,10 +520,11 @@ def v2_job(names, owners):
     nothing (a user with a delegated subtree, systemd's user@.service, makes
     any name under it): the directories from the root down to the job's
     must be root's and writable by root alone, the user's delegated
-    directory being hers. Slurm's own processes sit in the scope's system/."""
+    directory being hers. Slurm's own processes sit in the scope's system/
+    and slurmd/, outside any job."""
     scope = next((i for i, name in enumerate(names) if name == _STEPD_SCOPE
                   or (name.endswith("_" + _STEPD_SCOPE) and len(name) > len(_STEPD_SCOPE) + 1)), None)
-    if scope is None or scope + 1 >= len(names) or names[scope + 1] == "system":
+    if scope is None or scope + 1 >= len(names) or names[scope + 1] in _SLURM_OWN:
         return None
     where = "/" + "/".join(names[:scope + 2])
     # What was read is judged first: a directory on the way that is not
@@ -688,7 +694,7 @@ def cgroup_layout(v1, v2, v1_slurm, scope, proctrack, plugin=None):
     if scope is not None:
         path, root_only, names = scope
         kinds = sorted(set(job_dir(name)[0] for name in names if job_dir(name)))
-        odd = sorted(name for name in names if name != "system" and job_dir(name) is None)
+        odd = sorted(name for name in names if name not in _SLURM_OWN and job_dir(name) is None)
         if not root_only:
             why = "%s is not root's alone: the chain counts no process in it as a job's" % show(path)
         elif odd:
