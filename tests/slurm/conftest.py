@@ -241,13 +241,13 @@ def tmpfs_slurm(munge, accounts, slurm_release):
 
 
 # The cgroup v2 job ends: (release, CgroupJobIdPaths=yes) by case. 22.05
-# names a job's directory job_<id>; 26.05 by its SLUID, or job_<id> again
-# with CgroupJobIdPaths=yes.
-# 26.05 with its default SLUID names is not a case yet: on this machine its
-# scope held only slurmd's own directory while the jobs ran (no SLUID
-# directory was found holding a process of the job); not yet understood,
-# issue 39. The SLUID rule is held by the unit tier meanwhile.
-V2_CASES = {"22.05": ("22.05", False), "26.05-jobidpaths": ("26.05", True)}
+# names a job's directory job_<id>; 26.05 by its SLUID (cgroup_v2.c's
+# cgroup_p_step_create prints the step's sluid, which slurmctld gives every
+# job: job_record_set_sluid, sluid_init with the cluster id it makes when
+# there is no accounting), or job_<id> again with CgroupJobIdPaths=yes.
+# slurmd, started by hand (no INVOCATION_ID), moves into the scope's
+# slurmd/ (SLURMD_CGROUP), where its prolog of each job runs too.
+V2_CASES = {"22.05": ("22.05", False), "26.05-sluid": ("26.05", False), "26.05-jobidpaths": ("26.05", True)}
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,14 @@ line alone: this machine's kernel lists its v1 hierarchies too, and Slurm
 refuses that). The chain, run by that slurmd, reads the v2 tree as it is.
 Slurm ends what runs in a job's cgroup; part 40 ends what runs outside any
 job at the user's last job end, and its record tells the two apart."""
+import json
 import os
 import pwd
+import subprocess
 from pathlib import Path
 
 from tests.helpers import HOST, uid_of, wait_for
-from tests.node.test_strays import look, told
+from tests.node.test_strays import PYTHON, look, told
 from tests.slurm.test_cgroup_job_end import outside_any_job
 from tests.slurm.test_slurm_job_end import STRAY, alive_as, assert_not_drained, kill, record_of, stray_pid
 from tests.unit.conftest import node
@@ -36,9 +38,16 @@ def pids_under(top):
             continue
 
 
+# The scope's directories of Slurm's own processes (cgroup_v2.c): system/
+# and, slurmd being started by hand here, slurmd/, which holds slurmd and
+# the prolog it runs for a job (with that job's SLURM_JOB_ID) too
+SLURM_OWN = ("system", "slurmd")
+
+
 def job_dir(slurm, job):
     """(kind, name) of JOB's directory as this Slurm names it: ("id", "<id>")
-    for job_<id>, ("sluid", "s...") for the SLUID the controller gives it."""
+    for job_<id>, ("sluid", "s...") for the SLUID the controller gives it;
+    None while no process of the job runs in one."""
     if slurm.naming == "id":
         return "id", job
     # 26.05.3's scontrol prints no SLUID for these jobs: the directory under
@@ -46,7 +55,7 @@ def job_dir(slurm, job):
     # SLURM_JOB_SLUID it gave them names it (the test's own reading: root's)
     top = slurm.ns.tree / "system.slice" / scope(slurm)
     for entry in sorted(os.listdir(top)):
-        if entry == "system" or not (top / entry).is_dir():
+        if entry in SLURM_OWN or not (top / entry).is_dir():
             continue
         for pid in pids_under(top / entry):
             try:
@@ -55,15 +64,18 @@ def job_dir(slurm, job):
             except OSError:
                 continue
             if env.get(b"SLURM_JOB_ID") == str(job).encode():
-                assert env.get(b"SLURM_JOB_SLUID", entry.encode()).decode() == entry, (entry, env.get(b"SLURM_JOB_SLUID"))
+                assert env.get(b"SLURM_JOB_SLUID") == entry.encode(), (entry, env.get(b"SLURM_JOB_SLUID"))
                 return "sluid", entry
-    raise AssertionError(f"no directory under {top} holds a process of job {job}: {sorted(os.listdir(top))}")
+    return None
 
 
 def processes_in(slurm, job, uid):
     """{pid: /proc/PID/cgroup} of UID's live processes in JOB's cgroup, read
     from the v2 tree itself (its directory under the scope, every level)."""
-    kind, name = job_dir(slurm, job)
+    where = job_dir(slurm, job)
+    if where is None:  # not started yet
+        return {}
+    kind, name = where
     top = slurm.ns.tree / "system.slice" / scope(slurm) / (f"job_{name}" if kind == "id" else name)
     found = {}
     for pid in pids_under(top):
@@ -139,10 +151,25 @@ def test_the_first_of_two_jobs_ends_alone_and_the_last_ends_what_runs_outside_an
         slurm.wait_idle()
 
 
+LAYOUT = ("import sys, json; sys.path.insert(0, sys.argv[1]); from epilog_node import system; "
+          "print(json.dumps(system.cgroup_layout(*system.cgroup_facts(system.read_file('/proc/self/mountinfo', "
+          "4 << 20)), 'proctrack/cgroup', 'cgroup/v2')))")
+
+
+def layout(slurm):
+    """(version, layout, problem) verify's node program reads of the
+    cgroups where slurmd runs (its namespace), ProctrackType cgroup."""
+    proc = subprocess.run([*slurm.ns.prefix, PYTHON, "-ISB", "-c", LAYOUT, str(slurm.chain.view(slurm.chain.release))],
+                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
 def test_epilog_strays_finds_a_running_job_by_its_cgroup(v2_slurm, rsyslog):
     """Between job ends, epilog.strays (the node program, run where slurmd
     runs) tells alice's running job by the cgroup her processes are in,
-    whatever this Slurm names it, and kills nothing of hers."""
+    whatever this Slurm names it, and kills nothing of hers; verify's
+    reading of the node's cgroups names that layout, with no problem."""
     slurm, uid = v2_slurm, uid_of("alice")
     outside = outside_any_job("alice")
     job = None
@@ -155,6 +182,10 @@ def test_epilog_strays_finds_a_running_job_by_its_cgroup(v2_slurm, rsyslog):
         assert alice["answer"] == "job", alice
         assert alice["why"] in {f"process {pid} is in the cgroup of Slurm job {name}" for pid in kept}, alice
         assert "kill" not in alice and all(alive_as(pid, "alice") for pid in (*kept, outside.pid)), alice
+        # verify reads this layout (slurmd's own slurmd/ beside system/ and the job's directory)
+        _, said, problem = layout(slurm)
+        assert problem is None and said.startswith(f"v2 (/system.slice/{scope(slurm)}, job directories "
+                                                   f"{'SLUID' if slurm.naming == 'sluid' else 'job_<id>'})"), said
     finally:
         kill(outside.pid)
         outside.wait()
