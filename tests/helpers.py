@@ -612,14 +612,16 @@ REAPER = ("import os, time\n"
 
 
 @contextlib.contextmanager
-def mount_namespace(fresh=(), copied=(), pid=False, ipc=False):
+def mount_namespace(fresh=(), copied=(), pid=False, ipc=False, within=()):
     """A private mount namespace, held open by a process while the block
     runs: a fresh tmpfs (0755) on each directory of FRESH, and on each of
     COPIED a tmpfs holding a copy of what the node has there, so whatever
     runs in it writes none of the node's own. With PID, a pid namespace of
     its own too (its /proc shows none of the node's processes: no slurmd of
-    the machine's); with IPC, a System V IPC namespace of its own. Yields
-    the command prefix (nsenter) that runs a command in it."""
+    the machine's); with IPC, a System V IPC namespace of its own. WITHIN,
+    the prefix of another mount namespace (one without a pid namespace of
+    its own), makes it from that one, with that one's mounts. Yields the
+    command prefix (nsenter) that runs a command in it."""
     require_tools("unshare", "nsenter")
     saved = Path(tempfile.mkdtemp(prefix="epilog-ns-", dir="/var/tmp"))
     script = []
@@ -633,7 +635,7 @@ def mount_namespace(fresh=(), copied=(), pid=False, ipc=False):
     # once the daemon has gone: zombies would hold up whoever waits for them)
     hold = f"exec /usr/bin/python3 -c {shlex.quote(REAPER)}" if pid else "exec sleep 3600"
     holder = subprocess.Popen(
-        ["unshare", "--mount", "--propagation", "private", *(["--ipc"] if ipc else []), *pid_ns, "sh", "-c",
+        [*within, "unshare", "--mount", "--propagation", "private", *(["--ipc"] if ipc else []), *pid_ns, "sh", "-c",
          " && ".join([*script, "echo $$ ready"]) + " && " + hold],
         stdout=subprocess.PIPE, text=True)
     try:
