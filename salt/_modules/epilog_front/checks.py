@@ -481,14 +481,14 @@ def _cgroup_plugin(conf):
 
 def _cgroup_layout(v):
     """Which cgroup version and layout the node runs (info), and a layout the chain cannot read under
-    proctrack/cgroup (system.cgroup_layout)."""
+    proctrack/cgroup (cgroups.cgroup_layout)."""
     conf, found = (v.judged[0][0], v.judged[0][1]) if v.judged else (None, {})
     proctrack = found.get("proctracktype", "proctrack/cgroup") if conf else None
     try:
-        facts = _node.system.cgroup_facts(_node.system.read_file("/proc/self/mountinfo", 4 << 20))
+        facts = _node.cgroups.cgroup_facts(_node.system.read_file("/proc/self/mountinfo", 4 << 20))
     except OSError:
         facts = ((), False, None, None)
-    version, layout, problem = _node.system.cgroup_layout(*facts, proctrack, conf and _cgroup_plugin(conf))
+    version, layout, problem = _node.cgroups.cgroup_layout(*facts, proctrack, conf and _cgroup_plugin(conf))
     v.info.append(f"cgroup {version}: {layout}" + (f", ProctrackType={_shown(proctrack)}" if proctrack else ""))
     if problem:
         v.problems.append(f"[cgroup-layout-unreadable] cgroup {version}, {_shown(conf)} has "
