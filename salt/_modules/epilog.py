@@ -32,7 +32,7 @@ PACKAGE = "epilog_node"
 # its modules, and those only verify and explain ask (a release made before them has none)
 PACKAGE_MODULES = ("system", "log", "guard", "evidence", "record", "sweep", "parts", "runner")
 PACKAGE_LATER = ("pam", "ipc", "roots", "context", "slurm", "worker", "metrics", "reader", "registry", "allow",
-                 "budget", "kill", "reach", "sweep_names", "sweep_holders", "sweep_remove", "sweep_report")
+                 "budget", "kill", "reach", "sweep_names", "sweep_holders", "sweep_remove", "sweep_report", "cgroups")
 # the Salt side's rooms, beside this file and in no release (epilog_front/__init__.py)
 FRONT = "epilog_front"
 FRONT_ROOMS = ("common", "slurmconf", "slurmd", "pampolicy", "releases", "checks", "between", "support")

@@ -1,4 +1,4 @@
-"""What verify says of the node's cgroups (system.cgroup_layout): the
+"""What verify says of the node's cgroups (cgroups.cgroup_layout): the
 version, the layout the chain reads, and a problem only where
 proctrack/cgroup runs on a layout the chain cannot read. Pure: facts in,
 words out; and the reader, on a cgroup2 tree made of plain directories."""
@@ -10,6 +10,7 @@ import pytest
 from tests.unit.conftest import node
 
 system = node("system")
+cgroups = node("cgroups")
 
 V1 = ["cpuset", "freezer", "memory"]
 CG = "proctrack/cgroup"
@@ -62,7 +63,7 @@ ROWS = [
 @pytest.mark.parametrize("row", ROWS, ids=[row[0] for row in ROWS])
 def test_the_layout_verify_names_and_when_it_is_a_problem(row):
     _, v1, v2, v1_slurm, scope, proctrack, plugin, version, layout, problem = row
-    got = system.cgroup_layout(v1, v2, v1_slurm, scope, proctrack, plugin)
+    got = cgroups.cgroup_layout(v1, v2, v1_slurm, scope, proctrack, plugin)
     assert got[0] == version
     assert layout in got[1], got
     assert (plugin is None) == ("CgroupPlugin=" not in got[1])
@@ -73,7 +74,7 @@ def test_the_layout_verify_names_and_when_it_is_a_problem(row):
 
 
 def test_a_name_that_cannot_print_is_escaped():
-    got = system.cgroup_layout([], True, None, ("/a\nb/slurmstepd.scope", True, ["job_1"]), CG)
+    got = cgroups.cgroup_layout([], True, None, ("/a\nb/slurmstepd.scope", True, ["job_1"]), CG)
     assert "\n" not in got[1] and got[2] is None
 
 
@@ -96,7 +97,7 @@ def test_the_reader_finds_the_scope_by_descriptor_and_skips_symlinks_and_files(t
     os.chmod(tmp_path, 0o755)
     device = os.stat(root).st_dev
     monkeypatch.setattr(system, "cgroup2_mounts", lambda text: [(str(root), device)])
-    v1, v2, v1_slurm, found = system.cgroup_facts(mountinfo(root))
+    v1, v2, v1_slurm, found = cgroups.cgroup_facts(mountinfo(root))
     assert (v1, v2, v1_slurm) == ([], True, None)
     assert found[0] == "/system.slice/n1_slurmstepd.scope"
     assert sorted(found[2]) == sorted(["system", "job_4", SLUID])
@@ -108,9 +109,9 @@ def test_the_reader_looks_no_deeper_than_its_bound(tmp_path, monkeypatch):
     (root / "a.slice" / "b.slice" / "c.slice" / "d.slice" / "slurmstepd.scope").mkdir(parents=True)
     device = os.stat(root).st_dev
     monkeypatch.setattr(system, "cgroup2_mounts", lambda text: [(str(root), device)])
-    assert system.cgroup_facts(b"")[1:] == (True, None, None)
+    assert cgroups.cgroup_facts(b"")[1:] == (True, None, None)
     monkeypatch.setattr(system, "cgroup2_mounts", lambda text: [(str(root), device + 1)])
-    assert system.cgroup_facts(b"")[1:] == (False, None, None)
+    assert cgroups.cgroup_facts(b"")[1:] == (False, None, None)
 
 
 def test_verify_names_the_layout_and_a_problem_under_proctrack_cgroup_alone(tmp_path, monkeypatch):
@@ -120,7 +121,7 @@ def test_verify_names_the_layout_and_a_problem_under_proctrack_cgroup_alone(tmp_
     from tests.helpers import REPO, load_file
     checks = load_file(REPO / "_modules/epilog.py", "epilog_module_cgroup_layout").checks
     (tmp_path / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1 # old\nCgroupPlugin=cgroup/v2\n")
-    monkeypatch.setattr(checks._node.system, "cgroup_facts", lambda text: ([], False, None, None))
+    monkeypatch.setattr(checks._node.cgroups, "cgroup_facts", lambda text: ([], False, None, None))
 
     V = types.SimpleNamespace(info=[], problems=[], judged=[(str(tmp_path / "slurm.conf"), {}, "path", "n1")])
     checks._cgroup_layout(V)

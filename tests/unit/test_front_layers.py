@@ -1,7 +1,8 @@
 """The execution module's layers: epilog.py is a thin front over the Salt
 side's rooms (salt/_modules/epilog_front/), which import only the rooms
 below them, read no Salt dunder, and are in no release; the node program
-imports none of them; no file of the module is over 700 lines."""
+imports none of them, and its system layer is its floor; no file of the
+module is over 700 lines."""
 import ast
 import re
 
@@ -55,7 +56,19 @@ def test_the_node_program_imports_no_room_and_no_release_holds_one():
     assert "epilog_front" not in LAYOUT["release_directories"]
 
 
+def test_the_node_programs_system_layer_is_its_floor():
+    """system.py imports none of its siblings; cgroups.py (verify's reading
+    of the cgroup layout) imports system.py alone, and no job end reaches it:
+    no module of the node program imports it."""
+    node = MODULES / "epilog_node"
+    assert imports(node / "system.py") == []
+    assert imports(node / "cgroups.py") == [(None, ["system"])]
+    importers = [path.name for path in node.glob("*.py")
+                 if any("cgroups" in names or module == "cgroups" for module, names in imports(path))]
+    assert importers == []
+
+
 def test_no_file_of_the_module_is_over_700_lines():
-    files = [MODULES / "epilog.py", *FRONT.glob("*.py")]
+    files = [MODULES / "epilog.py", *FRONT.glob("*.py"), *(MODULES / "epilog_node").glob("*.py")]
     lines = {path.name: len(path.read_text().splitlines()) for path in files}
     assert {name: n for name, n in lines.items() if n > 700} == {}

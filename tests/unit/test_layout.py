@@ -76,6 +76,20 @@ def test_what_the_program_knows_of_a_part_is_derived_from_its_entry():
     assert by[registry.IPC_PART].action == ("parts", "cleanup") and by[registry.SWEEP_PART].action == ("parts", "sweep")
 
 
+def test_a_lastuserjob_part_is_one_by_its_name_the_formulas_or_a_sites():
+    """registry.lastuserjob is the one rule: the formula's 39, 40 and 42,
+    and a site's part named so, run only at the user's last job here; 45,
+    the prolog's 50 and any other name do not; a record's part that is no
+    name (an old or damaged record) is none."""
+    from tests.unit.conftest import node
+
+    registry = node("registry")
+    assert [name for name in registry.NAMES if registry.lastuserjob(name)] == [
+        "39-lastuserjob-ssh", "40-lastuserjob-processes", "42-lastuserjob-cleanup"]
+    assert registry.lastuserjob("60-lastuserjob-scratch")
+    assert not any(registry.lastuserjob(name) for name in ("60-site-lastuserjob", "lastuserjob-60", "60-x", "", None))
+
+
 def test_the_release_tool_imports_nothing_of_the_package():
     """release.py is laid down on its own beside the releases: it stands alone."""
     text = (REPO / "salt/_modules" / LAYOUT["releases"]["tool"]["module"]).read_text()

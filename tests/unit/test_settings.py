@@ -10,7 +10,7 @@ import re
 import pytest
 import yaml
 
-from tests.helpers import LAYOUT, REPO
+from tests.helpers import LAYOUT, REPO, load_file
 from tests.release import UNHELD
 
 salt_templates = pytest.importorskip("salt.utils.templates")
@@ -186,6 +186,14 @@ def test_the_operators_list_has_one_home_map_jinja_which_the_module_and_pam_sls_
     assert out["family"]["operators"] == operators and "operators" not in out["settings"]
     assert "operators" not in render(tmp_path, pillar)
     assert "{{ operators | join(nl) | json }}" in (REPO / "salt/epilog/pam.sls").read_text()
+    # the module reads it there, and, from a formula tree whose settings.jinja
+    # gives none (a module synced newer than the master's tree), makes the same
+    pampolicy = load_file(REPO / "_modules/epilog.py", "epilog_module_operators").pampolicy
+    settings = {**out["settings"], **out["family"]}
+    assert pampolicy._operators(settings) == operators
+    assert pampolicy._operators({**settings, "operators": ["root", "given"]}) == ["root", "given"]
+    del settings["operators"]
+    assert pampolicy._operators(settings) == operators
 
 
 def test_the_stop_file_is_beside_the_chain_unless_the_pillar_names_one(tmp_path):

@@ -132,3 +132,39 @@ def test_verify_names_each_site_part_the_runner_skips_in_the_runners_words(site)
         if said["10-site"].kind == "owner":  # an account other than root made it
             want.insert(-2, f"[site-part-not-root-only] {said['10-site'].why}; the runner skips it")
     assert V.problems == want
+
+
+def test_verifys_chain_budget_counts_the_parts_the_runner_would_run(site):
+    """[chain-worst-case-too-long] counts the parts the runner runs, by its
+    rules: the current release's executable parts of layout.yaml's names
+    that the settings leave in (registry.not_run), and the site's parts it
+    admits (runner.site_parts); not a part turned off, one ssh_access
+    leaves out, a file of another name in the release, a site file it
+    skips or takes for no part, nor the formula's name in the site's
+    directory."""
+    module = load_file(REPO / "_modules/epilog.py", "epilog_module_chain_budget")
+    checks, chain = module.checks, module.common._Chain(str(site), LAYOUT)
+    budget = node("budget")
+    own = site / chain.current / chain.parts_dirs["epilog"]
+    own.mkdir(parents=True)
+    for name in chain.own_names["epilog"]:
+        part(own, name)
+    part(own, "10-not-the-formulas")
+    part(own, "45-stale-x-display.dpkg-old")
+    settings = {"chain_timeout": 1, "part_timeout": 20, "squeue_timeout": 5, "ssh_access": "adopt",
+                "parts": {"42-lastuserjob-cleanup": False}}
+    # as the runner admits the site's 10-site: root's alone, in a directory only root can write
+    mine = os.getuid() == 0 and system.Trust().root_only(str(site / "epilog.d"))
+    runs = ["40-lastuserjob-processes", "45-stale-x-display"] + (["10-site"] if mine else [])
+    assert checks._chain_parts(settings, chain) == sorted(runs)
+    problems = checks._chain_time_problems(settings, chain, {})
+    assert problems == [f"[chain-worst-case-too-long] the epilog chain's worst case is "
+                        f"{budget.worst_case(len(runs), 20, 5)} s ({budget.shown(len(runs), 20, 5)}), above "
+                        "epilog:chain_timeout 1: the last parts would be cut off"]
+    # a chain_timeout at the worst case of the parts that run is enough, however many files lie there
+    settings["chain_timeout"] = budget.worst_case(len(runs), 20, 5)
+    assert checks._chain_time_problems(settings, chain, {}) == []
+    del settings["ssh_access"], settings["parts"]
+    assert checks._chain_parts(settings, chain) == sorted([*runs, "39-lastuserjob-ssh", "42-lastuserjob-cleanup"])
+    os.chmod(own / "39-lastuserjob-ssh", 0o644)
+    assert "39-lastuserjob-ssh" not in checks._chain_parts(settings, chain)

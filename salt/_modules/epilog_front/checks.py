@@ -112,24 +112,32 @@ def _managed(preview, chain):
     return files, dirs
 
 
+def _chain_parts(settings, chain, stage="epilog"):
+    """The names of the parts the runner of STAGE runs now, as Run.parts
+    finds them: the current release's own (an executable file of a part's
+    name that layout.yaml lays down) that SETTINGS leave in
+    (registry.not_run: epilog:parts, epilog:ssh_access), and the site's
+    that it admits (runner.site_parts, admit_site_part's rule)."""
+    runner = _node.runner
+    own_dir = os.path.join(chain.current, chain.parts_dirs[stage])
+    site_dir = os.path.join(chain.confdir, chain.parts_dirs[stage])
+    own = [name for name in runner.listed(own_dir) if name in chain.own_names[stage] and runner.run_parts_name(name)
+           and os.path.isfile(os.path.join(own_dir, name)) and os.access(os.path.join(own_dir, name), os.X_OK)
+           and _node.registry.not_run(name, settings) is None]
+    site = [name for name, _, admitted in runner.site_parts(site_dir, chain.formula_names[stage], _trust())
+            if admitted.runs]
+    return sorted(own + site)
+
+
 def _chain_time_problems(settings, chain, conf_found):
     """The chain's worst case against its own deadline (the node program's
-    budget: the runner shares chain_timeout by the same rule), and that
-    deadline against Slurm's: slurmd kills an epilog that outlives
-    EpilogTimeout (PrologEpilogTimeout before Slurm 25.05) and drains the
-    node."""
+    budget: the runner shares chain_timeout by the same rule), counting the
+    parts the runner would run (_chain_parts), and that deadline against
+    Slurm's: slurmd kills an epilog that outlives EpilogTimeout
+    (PrologEpilogTimeout before Slurm 25.05) and drains the node."""
     problems = []
     deadline = int(settings["chain_timeout"])
-    parts = set()
-    # the release's own parts and the site's: the runner runs both
-    for parts_dir in (os.path.join(chain.current, chain.parts_dirs["epilog"]),
-                      os.path.join(chain.confdir, chain.parts_dirs["epilog"])):
-        try:
-            parts.update(name for name in os.listdir(parts_dir) if re.fullmatch(r"[0-9]{2}-[A-Za-z0-9_-]+", name)
-                         and os.access(os.path.join(parts_dir, name), os.X_OK))
-        except OSError:
-            pass
-    seconds = len(parts), int(settings["part_timeout"]), int(settings["squeue_timeout"])
+    seconds = len(_chain_parts(settings, chain)), int(settings["part_timeout"]), int(settings["squeue_timeout"])
     worst = _node.budget.worst_case(*seconds)
     if worst > deadline:
         problems.append(f"[chain-worst-case-too-long] the epilog chain's worst case is {worst} s "
@@ -481,14 +489,14 @@ def _cgroup_plugin(conf):
 
 def _cgroup_layout(v):
     """Which cgroup version and layout the node runs (info), and a layout the chain cannot read under
-    proctrack/cgroup (system.cgroup_layout)."""
+    proctrack/cgroup (cgroups.cgroup_layout)."""
     conf, found = (v.judged[0][0], v.judged[0][1]) if v.judged else (None, {})
     proctrack = found.get("proctracktype", "proctrack/cgroup") if conf else None
     try:
-        facts = _node.system.cgroup_facts(_node.system.read_file("/proc/self/mountinfo", 4 << 20))
+        facts = _node.cgroups.cgroup_facts(_node.system.read_file("/proc/self/mountinfo", 4 << 20))
     except OSError:
         facts = ((), False, None, None)
-    version, layout, problem = _node.system.cgroup_layout(*facts, proctrack, conf and _cgroup_plugin(conf))
+    version, layout, problem = _node.cgroups.cgroup_layout(*facts, proctrack, conf and _cgroup_plugin(conf))
     v.info.append(f"cgroup {version}: {layout}" + (f", ProctrackType={_shown(proctrack)}" if proctrack else ""))
     if problem:
         v.problems.append(f"[cgroup-layout-unreadable] cgroup {version}, {_shown(conf)} has "

@@ -218,6 +218,8 @@ class _Chain:
         self.scripts = set(scripts.values())
         # stage: the runner's path in a release, which is also its entry's name
         self.runners = {stage: scripts[f"runner-{stage}"] for stage in ("epilog", "prolog")}
+        # stage: the names of the formula's parts now (those a release runs)
+        self.own_names = {stage: _node.registry.part_names(layout["scripts"], stage) for stage in self.runners}
         # stage: the names of the formula's parts, now and before (a site part so named never runs)
         self.formula_names = {stage: _node.registry.part_names(layout["scripts"] + layout["retired"], stage)
                               for stage in self.runners}

@@ -52,6 +52,18 @@ def _pam_module_found(path):
     return any(os.path.isfile(os.path.join(directory, name)) for directory in PAM_MODULE_DIRS)
 
 
+def _operators(settings):
+    """The operators' list epilog.pam lays down (root first, then
+    localusers): map.jinja's, as settings.jinja gives it to the module;
+    from a formula tree whose settings.jinja gives none (the master's,
+    older than the module synced here), map.jinja's rule applied to the
+    settings' localusers (a unit test holds the two equal)."""
+    listed = settings.get("operators")
+    if listed is None:
+        listed = ["root"] + [name for name in settings["localusers"] if name != "root"]
+    return listed
+
+
 def _check_operators_file(path, rules):
     """PATH may become the operators' list: not a PAM configuration, and,
     when it exists, a regular file of account names alone (a list this
@@ -167,7 +179,7 @@ def pam_file(salt, manage=None):
     except pam.PlaceError as exc:
         raise CommandExecutionError(f"{service}: {exc}") from None
     lines, problems = pam.account_stack("sshd", text=new)
-    listed = settings["operators"]  # map.jinja's operators' list, the one pam.sls lays down
+    listed = _operators(settings)  # map.jinja's operators' list, the one pam.sls lays down
     judged, _ = pam.judge(lines, access, allow, settings["localusers"], lists={operators: listed})
     if access == "adopt":
         own = pam.LISTFILE, operators
@@ -200,7 +212,7 @@ def pam_clean(salt):
         block = text.split(pam.BEGIN, 1)[-1].split(pam.END, 1)[0]
         named = [line.arg("file") for line in pam.account_stack("sshd", text=block)[0] if line.module == pam.LISTFILE
                  and line.arg("file") and line.arg("file") != settings["ssh_allow_file"]]
-    wanted = settings["operators"]
+    wanted = _operators(settings)
     chars = re.compile("[" + rules["account_chars"] + "]+")
     removed, kept = [], []
     for path in dict.fromkeys([settings["pam_operators_file"], *named]):

@@ -53,7 +53,10 @@ release.py      the releases: check, manifest, switch, roll back (also the
                 tool laid down beside them, run on its own)
 log.py          the log file, its rotation, and syslog
 system.py       what the program reads from the node: /proc, who may
-                write a directory, names shown safely
+                write a directory, names shown safely, which Slurm job's
+                cgroup a process is in
+cgroups.py      the node's cgroup layout as verify reads it: the version,
+                where Slurm's job cgroups are (no job end imports it)
 roots.py        a process's paths resolved in its root (a slurmd in
                 another mount namespace), judged on descriptors
 ==============  ============================================================

@@ -11,7 +11,7 @@ import os
 import stat
 
 from . import log as logs
-from . import system
+from . import registry, system
 from .record import MODES
 from .sweep_names import KINDS
 
@@ -184,7 +184,7 @@ def shortfalls(record):
 def stopped_parts(record):
     """The lastuserjob parts of RECORD the brake stopped."""
     return [part["part"] for part in record["parts"] if isinstance(part, dict) and not part.get("ran")
-            and "-lastuserjob-" in str(part.get("part")) and str(part.get("why", "")).startswith("stopped by ")]
+            and registry.lastuserjob(part.get("part")) and str(part.get("why", "")).startswith("stopped by ")]
 
 
 def acts(record, would=False):

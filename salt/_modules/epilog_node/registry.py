@@ -81,6 +81,14 @@ LINE_STAYS = ("the user's line in %s, if any, stays until a job end of theirs he
 DOES = {part.name: part.does for part in PARTS if part.stage == "epilog"}
 
 
+def lastuserjob(name):
+    """Whether the part NAME, the formula's or a site's, is one that runs only
+    at the user's last job on this node (for the user, under the user's lock,
+    past the localusers guard): its name holds -lastuserjob-. The runner
+    runs by it, and the metrics and the reader count a record by it."""
+    return "-lastuserjob-" in str(name)
+
+
 def part_names(entries, stage):
     """The names of ENTRIES (layout.yaml's scripts, or its retired) that
     are parts of STAGE (in <stage>.d/): the runner's own and retired

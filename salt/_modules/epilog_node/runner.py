@@ -348,7 +348,7 @@ class Run(worker.Worker):
         # the formula's parts these settings leave out (epilog:parts, epilog:ssh_access)
         off = {name: registry.not_run(name, self.settings) for name, _, own, _ in found if own}
         own_after = sum(1 for name, _, own, why in found if own and not off[name])
-        lastuserjob = sum(1 for name, _, _, why in found if "-lastuserjob-" in name and why is None
+        lastuserjob = sum(1 for name, _, _, why in found if registry.lastuserjob(name) and why is None
                           and not off.get(name))
         entries = []
         for name, path, own, why in found:
@@ -359,7 +359,7 @@ class Run(worker.Worker):
             if off.get(name):
                 entries.append(self.skip(name, "info", off[name].why, off[name].recorded))
                 continue
-            if "-lastuserjob-" in name and why is None:
+            if registry.lastuserjob(name) and why is None:
                 lastuserjob -= 1
             if own:
                 own_after -= 1
@@ -374,7 +374,7 @@ class Run(worker.Worker):
                 entries.append(self.past_deadline(name))
                 continue
             act_uid = None
-            if self.stage == "epilog" and "-lastuserjob-" in name:
+            if self.stage == "epilog" and registry.lastuserjob(name):
                 if self.other.answer != "no":
                     entries.append(self.skip(name, "info", "other jobs of this user on this node: %s"
                                              % self.other.answer, "other jobs: " + self.other.answer,
@@ -557,7 +557,7 @@ def part(argv0):
                 return 0
         run.identity = guard.identity(run.user, run.env.get("SLURM_JOB_UID"), guard.resolve, run.account_chars)
         act_uid = None
-        if "-lastuserjob-" in name:
+        if registry.lastuserjob(name):
             verdict = guard.check(run.identity, run.user, run.names["localusers"])
             run.log.line(verdict.level, verdict.why)
             if verdict.answer == "unknown" and name == registry.REVOKE:

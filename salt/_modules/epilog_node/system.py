@@ -492,7 +492,13 @@ _STEPD_SCOPE = "slurmstepd.scope"
 # system/ (SYSTEM_CGDIR, where slurmstepds wait before they join a job) and
 # slurmd/ (SLURMD_CGROUP, slurmd's own and its prolog's and epilog's where
 # slurmd was started by hand, with no INVOCATION_ID from systemd)
-_SLURM_OWN = frozenset(("system", "slurmd"))
+SLURM_OWN = frozenset(("system", "slurmd"))
+
+
+def stepd_scope(name):
+    """Whether NAME is Slurm's [<node>_]slurmstepd.scope, as cgroup/v2 names
+    the scope of its slurmstepds (Debian's builds are MULTIPLE_SLURMD)."""
+    return name == _STEPD_SCOPE or (name.endswith("_" + _STEPD_SCOPE) and len(name) > len(_STEPD_SCOPE) + 1)
 
 
 def job_dir(name):
@@ -522,9 +528,8 @@ def v2_job(names, owners):
     must be root's and writable by root alone, the user's delegated
     directory being hers. Slurm's own processes sit in the scope's system/
     and slurmd/, outside any job."""
-    scope = next((i for i, name in enumerate(names) if name == _STEPD_SCOPE
-                  or (name.endswith("_" + _STEPD_SCOPE) and len(name) > len(_STEPD_SCOPE) + 1)), None)
-    if scope is None or scope + 1 >= len(names) or names[scope + 1] in _SLURM_OWN:
+    scope = next((i for i, name in enumerate(names) if stepd_scope(name)), None)
+    if scope is None or scope + 1 >= len(names) or names[scope + 1] in SLURM_OWN:
         return None
     where = "/" + "/".join(names[:scope + 2])
     # What was read is judged first: a directory on the way that is not
@@ -569,7 +574,7 @@ def job_of_cgroup(data, uid=None, owners=None):
         if parts[0] != "0" or parts[1] or path[0] != "" or found is not None:
             continue
         names = [name for name in path[1:] if name]
-        if any(name == _STEPD_SCOPE or name.endswith("_" + _STEPD_SCOPE) for name in names):
+        if any(stepd_scope(name) for name in names):
             found = v2_job(names, (owners or cgroup_owners)(names[:CGROUP_DEPTH]))
     return found
 
@@ -667,173 +672,3 @@ def login_defs(path="/etc/login.defs"):
         if len(fields) >= 2 and fields[0] in (b"UID_MIN", b"UID_MAX") and digits(fields[1].decode("ascii", "replace")):
             found.setdefault(fields[0], int(fields[1]))  # the first line of each counts
     return found.get(b"UID_MIN", 1000), found.get(b"UID_MAX", 60000)
-
-
-# What verify reads of the node's cgroup layout, at most
-LAYOUT_DEPTH = 4
-LAYOUT_ENTRIES = 300
-_LISTING = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def _is_scope(name):
-    return name == _STEPD_SCOPE or (name.endswith("_" + _STEPD_SCOPE) and len(name) > len(_STEPD_SCOPE) + 1)
-
-
-def cgroup_layout(v1, v2, v1_slurm, scope, proctrack, plugin=None):
-    """(version, layout, problem or None) of the node's cgroups, from what
-    was read: V1 the cgroup v1 controllers mounted (freezer is
-    proctrack/cgroup's), V2 whether a cgroup2 mount of the namespace's root
-    could be read, V1_SLURM the /slurm or /slurm_<host> directory (root's
-    alone) in the freezer hierarchy or None, SCOPE (path, root's alone,
-    names of the directories in it) of a [<node>_]slurmstepd.scope found
-    under the cgroup2 mount or None; PROCTRACK and PLUGIN slurm.conf's
-    ProctrackType and cgroup.conf's CgroupPlugin (None: not known). A
-    layout the chain cannot read is a problem only under proctrack/cgroup."""
-    version = {(True, True): "hybrid", (True, False): "v1", (False, True): "v2"}.get((bool(v1), bool(v2)), "none")
-    why = None
-    if scope is not None:
-        path, root_only, names = scope
-        kinds = sorted(set(job_dir(name)[0] for name in names if job_dir(name)))
-        odd = sorted(name for name in names if name not in _SLURM_OWN and job_dir(name) is None)
-        if not root_only:
-            why = "%s is not root's alone: the chain counts no process in it as a job's" % show(path)
-        elif odd:
-            why = "%s holds %s, neither job_<id> nor a SLUID" % (show(path), ", ".join(show(n) for n in odd[:5]))
-        else:
-            named = {"id": "job_<id>", "sluid": "SLUID"}
-            layout = "v2 (%s, job directories %s)" % (show(path), " and ".join(named[k] for k in kinds)
-                                                      if kinds else "job_<id> or SLUID, none now")
-    elif v1_slurm is not None:
-        layout = "v1 (/%s/uid_<uid>/job_<id>)" % show(v1_slurm)
-    elif v2:
-        layout = "v2 (no [<node>_]slurmstepd.scope within %d levels yet)" % LAYOUT_DEPTH
-    elif "freezer" in (v1 or ()):
-        layout = "v1 (no /slurm[_<host>] in the freezer hierarchy yet)"
-    else:
-        why = "no cgroup2 mount of the namespace's root could be read, and no cgroup v1 freezer is mounted"
-    if why is not None:
-        layout = "unknown: " + why
-    if plugin:
-        layout += ", CgroupPlugin=%s" % show(plugin)
-    cgroup = (proctrack or "").lower() == "proctrack/cgroup"
-    return version, layout, (why if cgroup and why is not None else None)
-
-
-def _listing(fd, limit):
-    """The first LIMIT names of the directory open at FD."""
-    try:
-        names = os.listdir(fd)
-    except OSError:
-        return []
-    return names[:limit]
-
-
-def _directories(fd):
-    """The names of the directories (not symlinks) among the first
-    LAYOUT_ENTRIES names of the directory open at FD."""
-    out = []
-    for name in _listing(fd, LAYOUT_ENTRIES):
-        try:
-            if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
-                out.append(name)
-        except OSError:
-            continue
-    return out
-
-
-def _below(fd, name, device):
-    """(descriptor, root's alone) of the directory NAME under FD, on
-    DEVICE, opened without following a symlink, or None."""
-    try:
-        below = os.open(name, _LISTING, dir_fd=fd)
-    except (OSError, ValueError):
-        return None
-    info = os.fstat(below)
-    if info.st_dev != device:
-        os.close(below)
-        return None
-    return below, info.st_uid == 0 and not info.st_mode & 0o022
-
-
-def _find_scope(where, device):
-    """(path, root's alone, names in it) of the first [<node>_]slurmstepd.scope
-    at most LAYOUT_DEPTH levels under the cgroup2 mount WHERE, looking at
-    most at LAYOUT_ENTRIES names; None where none is found."""
-    try:
-        root = os.open(where, _LISTING)
-    except OSError:
-        return None
-    queue, budget = [(root, "", 1, True)], LAYOUT_ENTRIES
-    try:
-        while queue:
-            fd, path, depth, root_only = queue.pop(0)
-            try:
-                names = _listing(fd, budget)
-                budget -= len(names)
-                for name in sorted(names, key=lambda n: not _is_scope(n)):
-                    if depth > LAYOUT_DEPTH or not (_is_scope(name) or name.endswith((".slice", ".scope", ".service"))):
-                        continue
-                    opened = _below(fd, name, device)
-                    if opened is None:
-                        continue
-                    if _is_scope(name):
-                        try:
-                            return (path + "/" + name, root_only and opened[1], _directories(opened[0]))
-                        finally:
-                            os.close(opened[0])
-                    queue.append((opened[0], path + "/" + name, depth + 1, root_only and opened[1]))
-            finally:
-                os.close(fd)
-        return None
-    finally:
-        for item in queue:
-            os.close(item[0])
-
-
-def cgroup_facts(mountinfo):
-    """(v1 controllers, cgroup2 readable, /slurm[_<host>] name or None,
-    scope or None) as cgroup_layout() takes them, read from the mountinfo
-    TEXT (bytes) and by descriptor below its mounts."""
-    v1, freezer = set(), None
-    for row in mountinfo.split(b"\n"):
-        left, sep, right = row.partition(b" - ")
-        fields, kind = left.split(), right.split()
-        if sep and len(fields) >= 5 and len(kind) >= 3 and kind[0] == b"cgroup" and fields[3] == b"/" \
-                and b"\\" not in fields[4]:
-            options = set(kind[2].decode("utf-8", "replace").split(","))
-            v1 |= options & {"freezer", "cpuset", "memory", "cpu", "cpuacct", "devices", "pids"}
-            if "freezer" in options and freezer is None:
-                freezer = fields[4].decode("utf-8", "surrogateescape")
-    v1_slurm = None
-    if freezer is not None:
-        try:
-            fd = os.open(freezer, _LISTING)
-        except OSError:
-            fd = None
-        if fd is not None:
-            try:
-                device = os.fstat(fd).st_dev
-                for name in sorted(_listing(fd, LAYOUT_ENTRIES)):
-                    if name == "slurm" or name.startswith("slurm_"):
-                        opened = _below(fd, name, device)
-                        if opened is not None:
-                            os.close(opened[0])
-                            if opened[1]:
-                                v1_slurm = name
-                                break
-            finally:
-                os.close(fd)
-    v2, scope = False, None
-    for where, device in cgroup2_mounts(mountinfo):
-        try:
-            fd = os.open(where, _LISTING)
-        except OSError:
-            continue
-        try:
-            if os.fstat(fd).st_dev != device:
-                continue
-        finally:
-            os.close(fd)
-        v2, scope = True, _find_scope(where, device)
-        break
-    return sorted(v1), v2, v1_slurm, scope
