@@ -7,6 +7,7 @@ tier's (a real minion beside a real Slurm job)."""
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -184,25 +185,31 @@ def job_dir():
         os.rmdir(where)
 
 
-def test_a_job_directory_slurm_left_behind_shields_no_stray(own_chain, job_dir):
+def test_a_job_directory_slurm_left_behind_shields_no_stray(own_chain, job_dir, tmp_path):
     """alice's process in the cgroup of job 77 (root's directories, Slurm's
-    layout) while no process of root's runs there: Slurm left the directory
-    behind, and she has no job here, so she is a stray (before, that one
-    process made her whole account a job for every look). Once root's
-    process (the step's slurmstepd) runs in step_0/slurm, she has a job."""
+    layout) while no slurmstepd of root's runs there: Slurm left the
+    directory behind, and she has no job here, so she is a stray (before,
+    that one process made her whole account a job for every look). Another
+    process of root's there (an sshd session pam_slurm_adopt put in the
+    job, which she keeps open) tells no job either; once root's slurmstepd
+    runs in step_0/slurm, she has a job."""
     chain = own_chain()
-    victim, stepd = stray("alice"), None
+    stepd_file = tmp_path / "slurmstepd"
+    shutil.copy2("/bin/sleep", stepd_file)
+    os.chmod(tmp_path, 0o755)
+    victim, roots = stray("alice"), []
     try:
         (job_dir / "step_0" / "user" / "task_0" / "cgroup.procs").write_text(str(victim.pid))
         assert "/job_77/step_0/user/task_0\n" in Path(f"/proc/{victim.pid}/cgroup").read_text()
         alice = told(look(chain))["alice"]
         assert alice["answer"] == "stray", alice
-        stepd = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)  # pylint: disable=consider-using-with
-        (job_dir / "step_0" / "slurm" / "cgroup.procs").write_text(str(stepd.pid))
-        alice = told(look(chain))["alice"]
-        assert (alice["answer"], alice["why"]) == ("job", f"process {victim.pid} is in the cgroup of Slurm job 77"), alice
+        for program, answer in (("sleep", "stray"), (str(stepd_file), "job")):
+            roots.append(subprocess.Popen([program, "600"], stdin=subprocess.DEVNULL))  # pylint: disable=consider-using-with
+            (job_dir / "step_0" / "slurm" / "cgroup.procs").write_text(str(roots[-1].pid))
+            alice = told(look(chain))["alice"]
+            assert alice["answer"] == answer, (program, alice)
+        assert alice["why"] == f"process {victim.pid} is in the cgroup of Slurm job 77", alice
     finally:
-        end(victim)
-        if stepd is not None:
-            end(stepd)
+        for proc in (victim, *roots):
+            end(proc)
         kill_all_of("alice")

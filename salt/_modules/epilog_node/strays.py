@@ -17,9 +17,9 @@ rules and nothing else:
   is taken without waiting: a job end or a prolog of the user holds it, and
   the user is left to them (unknown);
 * a process in a Slurm job's cgroup of the user's (directories only root
-  makes) is a job of theirs while a process of root's (Slurm's
-  slurmstepd) runs in that cgroup too: one Slurm left behind tells no
-  job; without marks in a directory only root can
+  makes) is a job of theirs while root's slurmstepd runs in that cgroup
+  too: one Slurm left behind tells no job; without marks in a directory
+  only root can
   write (the prolog marks a new job there and waits for the lock), nobody
   is a stray;
 * the kill: part 39 (the ssh line, unless epilog:ssh_access leaves it out)
@@ -101,10 +101,12 @@ def processes(me, now, live=None):
     cgroup): its command line is never read (that read waits on the
     process's memory map, which a process stuck on a hung file system
     holds), so its command is its name. LIVE (a set, when given) gets the
-    jobs (system.job_of_cgroup()) whose cgroup holds a process of root's
-    (real uid 0): Slurm's slurmstepd of each step sits in its job's (under
-    cgroup/v2 in step_<n>/slurm), and no user can start a process of
-    root's there."""
+    jobs (system.job_of_cgroup()) whose cgroup holds a slurmstepd of
+    root's (real uid 0, named so by the file root ran): Slurm's slurmstepd
+    of each step sits in its job's (under cgroup/v2 in step_<n>/slurm); no
+    user starts a process of root's, nor names one (an sshd session
+    pam_slurm_adopt put in the job is root's too, and lives as long as she
+    keeps it open)."""
     boot, ticks = system.boot_time(), os.sysconf("SC_CLK_TCK")
     slots = set(system.UID_MAX_REAL - i for i in range(KILL_SLOTS))
     out = {}
@@ -115,7 +117,7 @@ def processes(me, now, live=None):
         if not system.alive(fields):
             continue
         uids = system.uids_of(fields)
-        if uids and uids[0] == 0 and live is not None:
+        if uids and uids[0] == 0 and live is not None and fields.get("Name") == "slurmstepd":
             job = system.job_cgroup(pid)
             if job is not None and job[0] != "unknown":
                 live.add(job)
@@ -296,9 +298,9 @@ def ipc_objects(uid, deadline):
 def by_cgroup(procs, live):
     """(answer, why) of an account by its processes' cgroups (Process.job,
     system.job_of_cgroup()): a job where one is in the cgroup of a job of
-    LIVE (processes(): Slurm's slurmstepd, root's, runs in it), unknown
+    LIVE (processes(): root's slurmstepd runs in it), unknown
     where one is in a cgroup whose layout cannot be told; None otherwise.
-    A job's directory with none of root's processes in it is one Slurm
+    A job's directory with no slurmstepd of root's in it is one Slurm
     left behind (it could not empty it, or the step's slurmstepd is gone):
     a process of hers there tells no job, and the last-job evidence
     decides, as for one outside any job."""
