@@ -7,7 +7,9 @@ tier's (a real minion beside a real Slurm job)."""
 import fcntl
 import json
 import os
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -148,4 +150,66 @@ def test_her_setuid_program_run_by_others_is_not_hers_to_kill(own_chain, her_set
         assert {u["user"]: u["saved_only"] for u in record["strays"]["users"]}["alice"] == 3, record
     finally:
         end(victim)
+        kill_all_of("alice")
+
+
+def cgroup2_root():
+    """The machine's cgroup2 mount of its namespace's root (a hybrid node's too)."""
+    from tests.unit.conftest import node  # pylint: disable=import-outside-toplevel
+
+    found = node("system").cgroup2_mounts(Path("/proc/self/mountinfo").read_bytes())
+    assert found, "no cgroup2 mount of the namespace's root"
+    return Path(found[0][0])
+
+
+@pytest.fixture
+def job_dir():
+    """Slurm's cgroup/v2 layout of a job 77 (root's directories, made as
+    slurmstepd makes them: step_0/slurm for the step's slurmstepd,
+    step_0/user/task_0 for its task) in the machine's cgroup2 tree; each
+    process put there is moved back to the root before the directories go."""
+    top = cgroup2_root()
+    scope = top / "epilog-test.slice" / f"{HOST}_slurmstepd.scope"
+    job = scope / "job_77"
+    for leaf in ("step_0/slurm", "step_0/user/task_0"):
+        (job / leaf).mkdir(parents=True)
+    yield job
+    for where, _, _ in sorted(os.walk(top / "epilog-test.slice"), key=lambda level: -len(level[0])):
+        for pid in (Path(where) / "cgroup.procs").read_text().split():
+            try:
+                (top / "cgroup.procs").write_text(pid)
+            except OSError:
+                pass
+        wait_for(lambda where=where: not (Path(where) / "cgroup.procs").read_text().strip(), 10,
+                 what=f"{where} to empty")
+        os.rmdir(where)
+
+
+def test_a_job_directory_slurm_left_behind_shields_no_stray(own_chain, job_dir, tmp_path):
+    """alice's process in the cgroup of job 77 (root's directories, Slurm's
+    layout) while no slurmstepd of root's runs there: Slurm left the
+    directory behind, and she has no job here, so she is a stray (before,
+    that one process made her whole account a job for every look). Another
+    process of root's there (an sshd session pam_slurm_adopt put in the
+    job, which she keeps open) tells no job either; once root's slurmstepd
+    runs in step_0/slurm, she has a job."""
+    chain = own_chain()
+    stepd_file = tmp_path / "slurmstepd"
+    shutil.copy2("/bin/sleep", stepd_file)
+    os.chmod(tmp_path, 0o755)
+    victim, roots = stray("alice"), []
+    try:
+        (job_dir / "step_0" / "user" / "task_0" / "cgroup.procs").write_text(str(victim.pid))
+        assert "/job_77/step_0/user/task_0\n" in Path(f"/proc/{victim.pid}/cgroup").read_text()
+        alice = told(look(chain))["alice"]
+        assert alice["answer"] == "stray", alice
+        for program, answer in (("sleep", "stray"), (str(stepd_file), "job")):
+            roots.append(subprocess.Popen([program, "600"], stdin=subprocess.DEVNULL))  # pylint: disable=consider-using-with
+            (job_dir / "step_0" / "slurm" / "cgroup.procs").write_text(str(roots[-1].pid))
+            alice = told(look(chain))["alice"]
+            assert alice["answer"] == answer, (program, alice)
+        assert alice["why"] == f"process {victim.pid} is in the cgroup of Slurm job 77", alice
+    finally:
+        for proc in (victim, *roots):
+            end(proc)
         kill_all_of("alice")

@@ -151,8 +151,8 @@ def test_the_first_of_two_jobs_ends_alone_and_the_last_ends_what_runs_outside_an
         slurm.wait_idle()
 
 
-LAYOUT = ("import sys, json; sys.path.insert(0, sys.argv[1]); from epilog_node import system; "
-          "print(json.dumps(system.cgroup_layout(*system.cgroup_facts(system.read_file('/proc/self/mountinfo', "
+LAYOUT = ("import sys, json; sys.path.insert(0, sys.argv[1]); from epilog_node import cgroups, system; "
+          "print(json.dumps(cgroups.cgroup_layout(*cgroups.cgroup_facts(system.read_file('/proc/self/mountinfo', "
           "4 << 20)), 'proctrack/cgroup', 'cgroup/v2')))")
 
 

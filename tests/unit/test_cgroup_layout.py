@@ -97,18 +97,26 @@ def test_the_reader_finds_the_scope_by_descriptor_and_skips_symlinks_and_files(t
     os.chmod(tmp_path, 0o755)
     device = os.stat(root).st_dev
     monkeypatch.setattr(system, "cgroup2_mounts", lambda text: [(str(root), device)])
+    monkeypatch.setattr(cgroups, "CGROUP_OWNER", os.geteuid())
     v1, v2, v1_slurm, found = cgroups.cgroup_facts(mountinfo(root))
     assert (v1, v2, v1_slurm) == ([], True, None)
     assert found[0] == "/system.slice/n1_slurmstepd.scope"
     assert sorted(found[2]) == sorted(["system", "job_4", SLUID])
-    assert found[1] == (os.geteuid() == 0 and all(os.stat(p).st_uid == 0 for p in (scope, scope.parent)))
+    assert found[1] is True
+    # the scope itself writable by others, in a directory root's alone: found, and not root's alone
+    os.chmod(scope, 0o777)
+    assert cgroups.cgroup_facts(mountinfo(root))[3][:2] == ("/system.slice/n1_slurmstepd.scope", False)
 
 
 def test_the_reader_looks_no_deeper_than_its_bound(tmp_path, monkeypatch):
     root = tmp_path / "cg"
     (root / "a.slice" / "b.slice" / "c.slice" / "d.slice" / "slurmstepd.scope").mkdir(parents=True)
+    (root / "a.slice" / "b.slice" / "c.slice" / "slurmstepd.scope").mkdir()
     device = os.stat(root).st_dev
     monkeypatch.setattr(system, "cgroup2_mounts", lambda text: [(str(root), device)])
+    monkeypatch.setattr(cgroups, "CGROUP_OWNER", os.geteuid())
+    assert cgroups.cgroup_facts(b"")[3][0] == "/a.slice/b.slice/c.slice/slurmstepd.scope"
+    (root / "a.slice" / "b.slice" / "c.slice" / "slurmstepd.scope").rmdir()
     assert cgroups.cgroup_facts(b"")[1:] == (True, None, None)
     monkeypatch.setattr(system, "cgroup2_mounts", lambda text: [(str(root), device + 1)])
     assert cgroups.cgroup_facts(b"")[1:] == (False, None, None)
@@ -132,3 +140,36 @@ def test_verify_names_the_layout_and_a_problem_under_proctrack_cgroup_alone(tmp_
     V.judged = [(str(tmp_path / "slurm.conf"), {"proctracktype": "proctrack/linuxproc"}, "path", "n1")]
     checks._cgroup_layout(V)
     assert len(V.info) == 1 and V.problems == []
+
+
+@pytest.mark.parametrize("slurms", [None, "system.slice", "x.slice/y.slice/z.slice"],
+                         ids=["no-scope-of-slurms", "slurms-above-hers", "slurms-as-deep-as-hers"])
+def test_a_scope_a_user_makes_in_her_delegated_subtree_is_not_slurms(tmp_path, monkeypatch, slurms):
+    """systemd delegates user@<uid>.service to its user, who makes any name
+    below it (mkdir in her own cgroup2 subtree): a [<node>_]slurmstepd.scope
+    there, four levels down, is not the node's layout. Before Slurm's own
+    scope is there (a hybrid node whose Slurm is v1's, a slurmd not yet
+    started) it made verify fail with [cgroup-layout-unreadable] under
+    proctrack/cgroup; the reader enters only directories root's alone, as
+    the job end's v2_job judges a path, so hers is never listed, and Slurm's
+    own scope is found wherever it is within the bound."""
+    monkeypatch.setattr(cgroups, "CGROUP_OWNER", os.geteuid())
+    root = tmp_path / "cg"
+    hers = root / "user.slice" / "user-50101.slice" / "user@50101.service"
+    (hers / "n1_slurmstepd.scope" / "job_1").mkdir(parents=True)
+    # delegated: hers (another account's, writable by her), whatever its owner here
+    os.chmod(hers, 0o777)
+    if os.geteuid() == 0:
+        os.chown(hers, 50101, 50101)
+    if slurms:
+        (root / slurms / "slurmstepd.scope" / "job_2").mkdir(parents=True)
+    os.chmod(tmp_path, 0o755)
+    device = os.stat(root).st_dev
+    monkeypatch.setattr(system, "cgroup2_mounts", lambda text: [(str(root), device)])
+    found = cgroups.cgroup_facts(mountinfo(root))[3]
+    if slurms:
+        assert found == (f"/{slurms}/slurmstepd.scope", True, ["job_2"])
+    else:
+        assert found is None
+    version, layout, problem = cgroups.cgroup_layout(["freezer"], True, "slurm", found, CG)
+    assert version == "hybrid" and problem is None and "n1_slurmstepd" not in layout, layout

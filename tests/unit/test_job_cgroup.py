@@ -250,3 +250,24 @@ def test_a_cgroup_name_that_is_not_utf8_reaches_the_reader_as_its_bytes(monkeypa
     monkeypatch.setattr(system.os, "read", lambda fd, n: b"0::/system.slice/\xff/slurmstepd.scope/job_1\n")
     system.job_cgroup(os.getpid())
     assert asked and os.fsencode(asked[0][1]) == b"\xff"
+
+
+def test_a_read_cut_short_judges_whole_lines_alone(monkeypatch):
+    """On a hybrid node the v1 lines come first, and a user makes hers as
+    long as she likes (her delegated subtree in name=systemd's hierarchy):
+    a read of /proc/PID/cgroup that ends inside the 0:: line must not
+    judge what is left of it (job_12 cut to job_1 names another job). The
+    reader takes what a hybrid node's lines can hold, and a cut line
+    tells nothing."""
+    monkeypatch.setattr(system, "cgroup_owners", lambda names: [(0, DIR)] * (len(names) + 1))
+    whole = b"9:name=systemd:/" + b"d/" * 3000 + b"\n0::/system.slice/slurmstepd.scope/job_12/step_0\n"
+    sizes = []
+
+    def read(fd, n):
+        sizes.append(n)
+        return whole[:n]
+    monkeypatch.setattr(system.os, "read", read)
+    assert system.job_cgroup(os.getpid()) == ("id", "12")
+    assert sizes[0] >= 14 * 4100  # every hierarchy's line at PATH_MAX
+    monkeypatch.setattr(system.os, "read", lambda fd, n: whole[:len(whole) - len(b"2/step_0\n")])
+    assert system.job_cgroup(os.getpid()) is None

@@ -218,9 +218,27 @@ def test_a_good_schedule_merges_over_the_defaults_and_stays_out_of_the_release(t
 
 def test_a_process_in_a_jobs_cgroup_makes_a_job_and_one_in_an_unread_layout_unknown():
     procs = [strays.Process(5, "sleep", 3, None), strays.Process(6, "sh", 3, ("unknown", "/a/slurmstepd.scope/x"))]
-    assert strays.by_cgroup(procs[:1]) is None
-    assert strays.by_cgroup(procs) == ("unknown", "process 6 is in a cgroup the chain cannot tell: "
-                                       "/a/slurmstepd.scope/x")
+    live = {("id", "7"), ("sluid", "sEKNKTV3WPV500")}
+    assert strays.by_cgroup(procs[:1], live) is None
+    assert strays.by_cgroup(procs, live) == ("unknown", "process 6 is in a cgroup the chain cannot tell: "
+                                             "/a/slurmstepd.scope/x")
     for job in (("id", "7"), ("sluid", "sEKNKTV3WPV500")):
-        assert strays.by_cgroup([*procs, strays.Process(8, "a", 1, job)]) == (
+        assert strays.by_cgroup([*procs, strays.Process(8, "a", 1, job)], live) == (
             "job", f"process 8 is in the cgroup of Slurm job {job[1]}")
+
+
+@pytest.mark.parametrize("job", [("id", "7"), ("sluid", "sEKNKTV3WPV500")])
+def test_a_job_directory_slurm_left_behind_is_no_job(job):
+    """A job's cgroup directory where no process of root's (the step's
+    slurmstepd) runs any more is one Slurm left behind (it could not
+    empty it: proctrack/linuxproc, a process it could not kill). One
+    process of hers kept there made her whole account a job, for every
+    look between jobs, all her strays anywhere with it; now the last-job
+    evidence decides, as for a process outside any job."""
+    procs = [strays.Process(5, "sleep", 3, None), strays.Process(8, "a", 1, job)]
+    assert strays.by_cgroup(procs, set()) is None
+    assert strays.by_cgroup(procs, {("id", "9"), ("sluid", "s0000000000000")}) is None
+    assert strays.by_cgroup(procs, {job})[0] == "job"
+    # a layout that cannot be told stays unknown, whatever runs in it
+    unread = strays.Process(6, "sh", 3, ("unknown", "/a/slurmstepd.scope/x"))
+    assert strays.by_cgroup([*procs, unread], set())[0] == "unknown"

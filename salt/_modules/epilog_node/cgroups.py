@@ -16,6 +16,9 @@ from . import system
 # What verify reads of the node's cgroup layout, at most
 LAYOUT_DEPTH = 4
 LAYOUT_ENTRIES = 300
+# the owner of the directories Slurm's scope is looked for in: root (the
+# unit tests, run without root, stand their own uid in)
+CGROUP_OWNER = 0
 _LISTING = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -92,21 +95,24 @@ def _below(fd, name, device):
     if info.st_dev != device:
         os.close(below)
         return None
-    return below, info.st_uid == 0 and not info.st_mode & 0o022
+    return below, info.st_uid == CGROUP_OWNER and not info.st_mode & 0o022
 
 
 def _find_scope(where, device):
     """(path, root's alone, names in it) of the first [<node>_]slurmstepd.scope
     at most LAYOUT_DEPTH levels under the cgroup2 mount WHERE, looking at
-    most at LAYOUT_ENTRIES names; None where none is found."""
+    most at LAYOUT_ENTRIES names; None where none is found. Only
+    directories root's alone are entered: below one that is not (a user's
+    delegated user@<uid>.service) its owner makes any name, and a scope
+    there is not Slurm's (the job end's v2_job judges a path so)."""
     try:
         root = os.open(where, _LISTING)
     except OSError:
         return None
-    queue, budget = [(root, "", 1, True)], LAYOUT_ENTRIES
+    queue, budget = [(root, "", 1)], LAYOUT_ENTRIES
     try:
         while queue:
-            fd, path, depth, root_only = queue.pop(0)
+            fd, path, depth = queue.pop(0)
             try:
                 names = _listing(fd, budget)
                 budget -= len(names)
@@ -118,10 +124,13 @@ def _find_scope(where, device):
                         continue
                     if system.stepd_scope(name):
                         try:
-                            return (path + "/" + name, root_only and opened[1], _directories(opened[0]))
+                            return (path + "/" + name, opened[1], _directories(opened[0]))
                         finally:
                             os.close(opened[0])
-                    queue.append((opened[0], path + "/" + name, depth + 1, root_only and opened[1]))
+                    if not opened[1]:
+                        os.close(opened[0])
+                        continue
+                    queue.append((opened[0], path + "/" + name, depth + 1))
             finally:
                 os.close(fd)
         return None

@@ -17,7 +17,9 @@ rules and nothing else:
   is taken without waiting: a job end or a prolog of the user holds it, and
   the user is left to them (unknown);
 * a process in a Slurm job's cgroup of the user's (directories only root
-  makes) is a job of theirs; without marks in a directory only root can
+  makes) is a job of theirs while root's slurmstepd runs in that cgroup
+  too: one Slurm left behind tells no job; without marks in a directory
+  only root can
   write (the prolog marks a new job there and waits for the lock), nobody
   is a stray;
 * the kill: part 39 (the ssh line, unless epilog:ssh_access leaves it out)
@@ -92,13 +94,19 @@ def age_of(stat_text, boot, ticks, now):
     return max(0, int(now - boot - start / ticks))
 
 
-def processes(me, now):
+def processes(me, now, live=None):
     """{uid: [Process]} of the live processes here by their real uid: not
     root's, not a kill slot's (a part 40 acting), not this one's. Each
     costs three small reads that never wait on the process (status, stat,
     cgroup): its command line is never read (that read waits on the
     process's memory map, which a process stuck on a hung file system
-    holds), so its command is its name."""
+    holds), so its command is its name. LIVE (a set, when given) gets the
+    jobs (system.job_of_cgroup()) whose cgroup holds a slurmstepd of
+    root's (real uid 0, named so by the file root ran): Slurm's slurmstepd
+    of each step sits in its job's (under cgroup/v2 in step_<n>/slurm); no
+    user starts a process of root's, nor names one (an sshd session
+    pam_slurm_adopt put in the job is root's too, and lives as long as she
+    keeps it open)."""
     boot, ticks = system.boot_time(), os.sysconf("SC_CLK_TCK")
     slots = set(system.UID_MAX_REAL - i for i in range(KILL_SLOTS))
     out = {}
@@ -109,6 +117,10 @@ def processes(me, now):
         if not system.alive(fields):
             continue
         uids = system.uids_of(fields)
+        if uids and uids[0] == 0 and live is not None and fields.get("Name") == "slurmstepd":
+            job = system.job_cgroup(pid)
+            if job is not None and job[0] != "unknown":
+                live.add(job)
         if not uids or uids[0] == 0 or uids[0] in slots:
             continue
         try:
@@ -147,7 +159,8 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0, i
     settings = run_.settings
     deadline = time.monotonic() + settings["chain_timeout"]
     defs = system.login_defs()
-    found = processes(os.getpid(), now)
+    live = set()
+    found = processes(os.getpid(), now, live)
     ipc_on = settings.get("ipc_cleanup", True)
     holding = set()
     if ipc_on:
@@ -186,7 +199,7 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0, i
             if time.monotonic() > deadline:
                 answer, why = "unknown", "out of time (chain_timeout %d s)" % settings["chain_timeout"]
             else:
-                answer, why, held = _decide(run_, facts, uid, name, procs, bool(test))
+                answer, why, held = _decide(run_, facts, uid, name, procs, bool(test), live)
             counts[answer] += 1
             if answer in ("operator", "system"):
                 continue
@@ -282,24 +295,30 @@ def ipc_objects(uid, deadline):
     return out
 
 
-def by_cgroup(procs):
+def by_cgroup(procs, live):
     """(answer, why) of an account by its processes' cgroups (Process.job,
-    system.job_of_cgroup()): a job where one is in a Slurm job's, unknown
-    where one is in a cgroup whose layout cannot be told; None otherwise."""
-    in_job = [p for p in procs if p.job is not None and p.job[0] != "unknown"]
+    system.job_of_cgroup()): a job where one is in the cgroup of a job of
+    LIVE (processes(): root's slurmstepd runs in it), unknown
+    where one is in a cgroup whose layout cannot be told; None otherwise.
+    A job's directory with no slurmstepd of root's in it is one Slurm
+    left behind (it could not empty it, or the step's slurmstepd is gone):
+    a process of hers there tells no job, and the last-job evidence
+    decides, as for one outside any job."""
+    in_job = [p for p in procs if p.job is not None and p.job[0] != "unknown" and p.job in live]
     if in_job:
         return "job", "process %d is in the cgroup of Slurm job %s" % (in_job[0].pid, in_job[0].job[1])
-    unread = [p for p in procs if p.job is not None]
+    unread = [p for p in procs if p.job is not None and p.job[0] == "unknown"]
     if unread:
         return "unknown", "process %d is in a cgroup the chain cannot tell: %s" % (unread[0].pid, unread[0].job[1])
     return None
 
 
-def _decide(run_, facts, uid, name, procs, test):
+def _decide(run_, facts, uid, name, procs, test, live):
     """(answer, why, the user's lock or None) of one account: the guard on
     the release's list; a process in a Slurm job's cgroup of theirs (a
-    directory only root makes) is a job, one in a cgroup whose Slurm
-    layout cannot be told is unknown; then, under the user's lock taken
+    directory only root makes) that root's slurmstepd runs in (LIVE,
+    by_cgroup) is a job, one in a cgroup whose Slurm layout cannot be told
+    is unknown; then, under the user's lock taken
     without waiting, the last-job evidence for no job at all. Only marks in
     a directory only root can write, under that lock, are a licence: the
     prolog marks a new job there and waits for the lock. The lock is kept
@@ -309,7 +328,7 @@ def _decide(run_, facts, uid, name, procs, test):
     answer, why = judge(ident, verdict, None)
     if answer != "unknown" or verdict.answer != "act":
         return answer, why, None
-    told = by_cgroup(procs)
+    told = by_cgroup(procs, live)
     if told is not None:
         return (*told, None)
     if not run_.marks_trusted:

@@ -487,6 +487,10 @@ _SLUID_FIRST = frozenset("0123456789ABCDEF")
 _SLUID_DIGITS = frozenset("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
 # the directories of a /proc/PID/cgroup path whose owners are read, at most
 CGROUP_DEPTH = 32
+# what is read of /proc/PID/cgroup: a line per hierarchy (a hybrid node's
+# dozen v1 ones, then v2's), each path at most PATH_MAX (the kernel
+# refuses a longer one)
+CGROUP_TEXT = 16 * (4096 + 64)
 _STEPD_SCOPE = "slurmstepd.scope"
 # The directories of Slurm's own processes in its scope (cgroup_v2.c):
 # system/ (SYSTEM_CGDIR, where slurmstepds wait before they join a job) and
@@ -586,11 +590,14 @@ def job_cgroup(pid, uid=None):
     except OSError:
         return None
     try:
-        data = os.read(fd, 8192)
+        data = os.read(fd, CGROUP_TEXT)
     except OSError:
         return None
     finally:
         os.close(fd)
+    # whole lines alone: a line a read cut short names something else
+    # (job_12 cut to job_1)
+    data = data[:data.rfind(b"\n") + 1]
     # surrogateescape: a name that is not UTF-8 is opened (cgroup_owners) as
     # the very bytes the kernel printed
     return job_of_cgroup(data.decode("utf-8", "surrogateescape"), uid)
