@@ -181,7 +181,9 @@ def test_epilog_strays_finds_a_running_job_by_its_cgroup(v2_slurm, rsyslog):
         _, name = job_dir(slurm, job)
         assert alice["answer"] == "job", alice
         assert alice["why"] in {f"process {pid} is in the cgroup of Slurm job {name}" for pid in kept}, alice
-        assert "kill" not in alice and all(alive_as(pid, "alice") for pid in (*kept, outside.pid)), alice
+        assert "kill" not in alice, alice
+        dead = [pid for pid in (*kept, outside.pid) if not alive_as(pid, "alice")]
+        assert not dead, (dead, "of the job's", kept, "and the one outside", outside.pid, alice)
         # verify reads this layout (slurmd's own slurmd/ beside system/ and the job's directory)
         _, said, problem = layout(slurm)
         assert problem is None and said.startswith(f"v2 (/system.slice/{scope(slurm)}, job directories "
