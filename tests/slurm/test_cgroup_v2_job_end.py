@@ -8,14 +8,13 @@ line alone: this machine's kernel lists its v1 hierarchies too, and Slurm
 refuses that). The chain, run by that slurmd, reads the v2 tree as it is.
 Slurm ends what runs in a job's cgroup; part 40 ends what runs outside any
 job at the user's last job end, and its record tells the two apart."""
-import json
 import os
 import pwd
-import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
-from tests.helpers import HOST, uid_of, wait_for
-from tests.node.test_strays import PYTHON, look, told
+from tests.helpers import HOST, REPO, load_file, uid_of, wait_for
+from tests.node.test_strays import look, told
 from tests.slurm.test_cgroup_job_end import outside_any_job
 from tests.slurm.test_slurm_job_end import STRAY, alive_as, assert_not_drained, kill, record_of, stray_pid
 from tests.unit.conftest import node
@@ -151,18 +150,16 @@ def test_the_first_of_two_jobs_ends_alone_and_the_last_ends_what_runs_outside_an
         slurm.wait_idle()
 
 
-LAYOUT = ("import sys, json; sys.path.insert(0, sys.argv[1]); from epilog_node import cgroups, system; "
-          "print(json.dumps(cgroups.cgroup_layout(*cgroups.cgroup_facts(system.read_file('/proc/self/mountinfo', "
-          "4 << 20)), 'proctrack/cgroup', 'cgroup/v2')))")
-
-
 def layout(slurm):
-    """(version, layout, problem) verify's node program reads of the
-    cgroups where slurmd runs (its namespace), ProctrackType cgroup."""
-    proc = subprocess.run([*slurm.ns.prefix, PYTHON, "-ISB", "-c", LAYOUT, str(slurm.chain.view(slurm.chain.release))],
-                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    """(info, problems) of verify's cgroup check, run here, where the
+    host's cgroups are v1: it reads the cgroups of the namespace slurmd
+    runs in, its mountinfo and mounts through slurmd's own root, as it
+    reads a slurm.conf judged there (/proc/PID/root/...)."""
+    checks = load_file(REPO / "_modules/epilog.py", "epilog_module_v2_layout").checks
+    pid = int((slurm.base / "run/slurmd.pid").read_text())
+    v = SimpleNamespace(info=[], problems=[], judged=[(f"/proc/{pid}/root{slurm.conf}", {}, "path", HOST)])
+    checks._cgroup_layout(v)
+    return v.info, v.problems
 
 
 def test_epilog_strays_finds_a_running_job_by_its_cgroup(v2_slurm, rsyslog):
@@ -185,9 +182,12 @@ def test_epilog_strays_finds_a_running_job_by_its_cgroup(v2_slurm, rsyslog):
         dead = [pid for pid in (*kept, outside.pid) if not alive_as(pid, "alice")]
         assert not dead, (dead, "of the job's", kept, "and the one outside", outside.pid, alice)
         # verify reads this layout (slurmd's own slurmd/ beside system/ and the job's directory)
-        _, said, problem = layout(slurm)
-        assert problem is None and said.startswith(f"v2 (/system.slice/{scope(slurm)}, job directories "
-                                                   f"{'SLUID' if slurm.naming == 'sluid' else 'job_<id>'})"), said
+        # hybrid: the namespace mounts cgroup2 over the machine's v1 hierarchies,
+        # which its mountinfo still lists (on a pure-v2 node: "cgroup v2")
+        said, problems = layout(slurm)
+        assert not problems and said == [f"cgroup hybrid: v2 (/system.slice/{scope(slurm)}, job directories "
+                                         f"{'SLUID' if slurm.naming == 'sluid' else 'job_<id>'}), CgroupPlugin="
+                                         "cgroup/v2, ProctrackType=proctrack/cgroup"], (said, problems)
     finally:
         kill(outside.pid)
         outside.wait()

@@ -8,7 +8,7 @@ import stat
 from salt.exceptions import CommandExecutionError
 
 from . import NODE as _node
-from .common import SCHEDULE_ENTRIES, _in_slurmds_root, _root_only, _shown, _trust
+from .common import SCHEDULE_ENTRIES, _in_slurmds_root, _root, _root_only, _shown, _split_root, _trust
 from .pampolicy import _ssh_access
 from .releases import PYTHON, _current_release, _release_tool
 from .slurmconf import _same_spool, _spool, prolog_flags
@@ -487,13 +487,32 @@ def _cgroup_plugin(conf):
     return found
 
 
+def _slurmds_cgroups(conf):
+    """cgroups.cgroup_facts of the mount namespace the slurmd of the judged
+    slurm.conf CONF runs in: its mountinfo and mounts read through its own
+    root where CONF was read there (/proc/PID/root/...: a slurmd in a mount
+    namespace of its own, whose cgroups may not be the minion's), else
+    this process's."""
+    pid = _split_root(conf)[0] if conf else None
+    if pid is None:
+        return _node.cgroups.cgroup_facts(_node.system.read_file("/proc/self/mountinfo", 4 << 20))
+    with _root(pid) as root:
+        def opener(path):
+            fd, _, _ = root.resolve(path, follow=False)
+            try:
+                return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+            finally:
+                os.close(fd)
+        return _node.cgroups.cgroup_facts(root.read_proc("mountinfo", 4 << 20), opener)
+
+
 def _cgroup_layout(v):
     """Which cgroup version and layout the node runs (info), and a layout the chain cannot read under
     proctrack/cgroup (cgroups.cgroup_layout)."""
     conf, found = (v.judged[0][0], v.judged[0][1]) if v.judged else (None, {})
     proctrack = found.get("proctracktype", "proctrack/cgroup") if conf else None
     try:
-        facts = _node.cgroups.cgroup_facts(_node.system.read_file("/proc/self/mountinfo", 4 << 20))
+        facts = _slurmds_cgroups(conf)
     except OSError:
         facts = ((), False, None, None)
     version, layout, problem = _node.cgroups.cgroup_layout(*facts, proctrack, conf and _cgroup_plugin(conf))

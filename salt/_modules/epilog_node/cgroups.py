@@ -100,16 +100,13 @@ def _below(fd, name, device):
 
 def _find_scope(where, device):
     """(path, root's alone, names in it) of the first [<node>_]slurmstepd.scope
-    at most LAYOUT_DEPTH levels under the cgroup2 mount WHERE, looking at
+    at most LAYOUT_DEPTH levels under the cgroup2 mount open at WHERE (a
+    descriptor, not closed here), looking at
     most at LAYOUT_ENTRIES names; None where none is found. Only
     directories root's alone are entered: below one that is not (a user's
     delegated user@<uid>.service) its owner makes any name, and a scope
     there is not Slurm's (the job end's v2_job judges a path so)."""
-    try:
-        root = os.open(where, _LISTING)
-    except OSError:
-        return None
-    queue, budget = [(root, "", 1)], LAYOUT_ENTRIES
+    queue, budget = [(os.dup(where), "", 1)], LAYOUT_ENTRIES
     try:
         while queue:
             fd, path, depth = queue.pop(0)
@@ -139,10 +136,17 @@ def _find_scope(where, device):
             os.close(item[0])
 
 
-def cgroup_facts(mountinfo):
+def _open_here(path):
+    return os.open(path, _LISTING)
+
+
+def cgroup_facts(mountinfo, opener=_open_here):
     """(v1 controllers, cgroup2 readable, /slurm[_<host>] name or None,
     scope or None) as cgroup_layout() takes them, read from the mountinfo
-    TEXT (bytes) and by descriptor below its mounts."""
+    TEXT (bytes) and by descriptor below its mounts, each mount point
+    opened as a directory by OPENER (a path of that mountinfo's namespace
+    -> a descriptor: this process's namespace unless given; verify gives
+    one that opens it in a slurmd's own root, which reads its mountinfo)."""
     v1, freezer = set(), None
     for row in mountinfo.split(b"\n"):
         left, sep, right = row.partition(b" - ")
@@ -156,7 +160,7 @@ def cgroup_facts(mountinfo):
     v1_slurm = None
     if freezer is not None:
         try:
-            fd = os.open(freezer, _LISTING)
+            fd = opener(freezer)
         except OSError:
             fd = None
         if fd is not None:
@@ -175,14 +179,14 @@ def cgroup_facts(mountinfo):
     v2, scope = False, None
     for where, device in system.cgroup2_mounts(mountinfo):
         try:
-            fd = os.open(where, _LISTING)
+            fd = opener(where)
         except OSError:
             continue
         try:
             if os.fstat(fd).st_dev != device:
                 continue
+            v2, scope = True, _find_scope(fd, device)
         finally:
             os.close(fd)
-        v2, scope = True, _find_scope(where, device)
         break
     return sorted(v1), v2, v1_slurm, scope
