@@ -449,13 +449,18 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
                 os.kill(os.getpid(), signal.SIGTERM)  # the runner's SIGTERM, to its own handler now
 
 
+# _wait_dead's pauses: a process SIGKILL reached is gone within a fraction
+# of a millisecond, so the first looks come soon; about 0.1 s in all
+DEAD_PAUSES = (0.0001, 0.0002, 0.0004, *(0.0005 * wait for wait in range(2, 21)))
+
+
 def _wait_dead(seen, uid, user):
     """Wait a little (about 0.1 s at most) for SEEN ("pid(name)") to die."""
-    for wait in range(1, 21):
+    for pause in DEAD_PAUSES:
         seen = [entry for entry in seen if (reach.live(entry.split("(", 1)[0], uid, user) or (0,))[0] == 1]
         if not seen:
             return
-        time.sleep(0.0005 * wait)
+        time.sleep(pause)
 
 
 def kept_coming(spared):

@@ -58,9 +58,6 @@ def userns_owners(pid):
     answers EPERM), as root; () for a process in PID 1's (a stat alone; the
     chain's own where PID 1's cannot be read) or one that cannot be read
     (gone)."""
-    import fcntl  # pylint: disable=import-outside-toplevel - only a process in a namespace of its own needs it
-    import struct  # pylint: disable=import-outside-toplevel
-
     if not _init_ns:
         for where in ("/proc/1/ns/user", "/proc/self/ns/user"):
             try:
@@ -71,6 +68,18 @@ def userns_owners(pid):
                 continue
         else:
             _init_ns.append(None)
+    # PID 1's, the common case, told by a stat of the namespace's file
+    # alone (the same inode its descriptor's fstat gives); the walk up
+    # opens it
+    try:
+        st = os.stat("/proc/%s/ns/user" % pid)
+    except OSError:
+        return ()
+    if (st.st_dev, st.st_ino) == _init_ns[0]:
+        return ()
+    import fcntl  # pylint: disable=import-outside-toplevel - only a process in a namespace of its own needs it
+    import struct  # pylint: disable=import-outside-toplevel
+
     try:
         fd = os.open("/proc/%s/ns/user" % pid, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError:

@@ -123,11 +123,7 @@ def processes(me, now, live=None):
                 live.add(job)
         if not uids or uids[0] == 0 or uids[0] in slots:
             continue
-        try:
-            stat_text = system.read_file("/proc/%s/stat" % pid, 4096)
-        except OSError:
-            stat_text = b""
-        age = age_of(stat_text, boot, ticks, now) if boot is not None else None
+        age = age_of(system.stat_text(pid), boot, ticks, now) if boot is not None else None
         out.setdefault(uids[0], []).append(Process(int(pid), system.show(fields.get("Name", "?")), age,
                                                    system.job_cgroup(pid, uids[0])))
     return out

@@ -15,7 +15,6 @@ gets no process is NoFork ("no free pid").
 import errno
 import os
 import select
-import struct
 import time
 
 from . import guard, parts, registry, system
@@ -49,8 +48,10 @@ SCHED_ATTR_SYSCALLS = {"x86_64": (314, 315), "aarch64": (274, 275), "riscv64": (
 # struct sched_attr up to its utilization clamp (SCHED_ATTR_SIZE_VER1):
 # size, policy, flags, nice, priority, runtime, deadline, period, util_min,
 # util_max
+# (struct.calcsize of it, 56: struct is imported only by a part run in the
+# runner, not by every job end)
 SCHED_ATTR = "=IIQiIQQQII"
-SCHED_ATTR_SIZE = struct.calcsize(SCHED_ATTR)
+SCHED_ATTR_SIZE = 56
 # SCHED_FLAG_KEEP_POLICY | KEEP_PARAMS | UTIL_CLAMP_MIN | UTIL_CLAMP_MAX:
 # the clamp alone, the policy and nice value as they are
 CLAMP_ONLY = 0x08 | 0x10 | 0x20 | 0x40
@@ -61,6 +62,8 @@ NO_CLAMP = (errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
 def clamp_attr(clamp):
     """The struct sched_attr that sets a task's utilization clamp to CLAMP
     (util_min, util_max), and nothing else."""
+    import struct  # pylint: disable=import-outside-toplevel - only a part run in the runner needs it
+
     return struct.pack(SCHED_ATTR, SCHED_ATTR_SIZE, 0, CLAMP_ONLY, 0, 0, 0, 0, 0, clamp[0], clamp[1])
 
 
@@ -68,6 +71,8 @@ def clamp_of(raw):
     """(util_min, util_max) of a struct sched_attr that sched_getattr
     filled (zeros where the kernel has no clamp), or None when it is not
     one."""
+    import struct  # pylint: disable=import-outside-toplevel - only a part run in the runner needs it
+
     if len(raw) < SCHED_ATTR_SIZE:
         return None
     fields = struct.unpack(SCHED_ATTR, raw[:SCHED_ATTR_SIZE])
@@ -458,7 +463,7 @@ class Worker:
         uninterruptible wait, on a FUSE daemon that never answers or a hung
         NFS or Lustre server) is left behind, None, never waited on past
         the chain's deadline; the runner's os._exit leaves it to init."""
-        until, pause = time.monotonic() + seconds, 0.0005
+        until, pause = time.monotonic() + seconds, 0.0001  # a worker told to end is gone in a fraction of a ms
         while True:
             try:
                 done, status = os.waitpid(pid, os.WNOHANG)
