@@ -246,9 +246,9 @@ def test_bad_localusers_entry_fails_the_state_naming_it_and_lays_down_nothing(mi
     ("scratch_patterns", ["$(id){jobid}"], "epilog:scratch_patterns[0]"),
     ("scratch_patterns", ["*{jobid}*"], "may not start with a wildcard or a dot"),
     ("scratch_patterns", [".X{jobid}*"], "may not start with a wildcard or a dot"),
-    ("sweep_budget", 20, "epilog:sweep_budget (20) must be below epilog:part_timeout (20)"),
-    ("chain_timeout", 42, "epilog:chain_timeout (42) must leave room for the decision, one part and the runner: "
-                          "at least epilog:part_timeout (20) + epilog:squeue_timeout (5) + 18"),
+    ("sweep_budget", 12, "epilog:sweep_budget (12) must be below epilog:part_timeout (12)"),
+    ("chain_timeout", 34, "epilog:chain_timeout (34) must leave room for the decision, one part and the runner: "
+                          "at least epilog:part_timeout (12) + epilog:squeue_timeout (5) + 18"),
     ("chain_timeout", 3601, "epilog:chain_timeout (3601) must be a whole number of seconds from 1 to 3600"),
     # the epilog runs as root and writes only where no other account can plant a symlink
     ("log_file", "/var/log/slurm/epilog.log", "epilog:log_file ('/var/log/slurm/epilog.log'): /var/log/slurm is "),

@@ -223,7 +223,9 @@ def test_the_pillar_over_lookup_over_the_family_over_the_defaults(tmp_path):
     ({"parts": {"50-exclusive-ssh": False}}, "epilog:parts:50-exclusive-ssh is false under epilog:ssh_access "
                                              "listfile: part 50 is what adds a job's user"),
     ({"sweep_budget": 20, "part_timeout": 20}, "epilog:sweep_budget (20) must be below epilog:part_timeout (20)"),
-    ({"chain_timeout": 40}, "epilog:chain_timeout (40) must leave room for the decision, one part and the runner"),
+    ({"chain_timeout": 40, "part_timeout": 20},
+     "epilog:chain_timeout (40) must leave room for the decision, one part and the runner"),
+    ({"chain_timeout": 34}, "epilog:chain_timeout (34) must leave room for the decision, one part and the runner"),
 ])
 def test_a_bad_pillar_is_refused_naming_its_entry(tmp_path, pillar, message):
     with pytest.raises(salt.exceptions.SaltException) as caught:
