@@ -5,6 +5,8 @@
 epilog:
   slurm_config_dir: /etc/slurm
   # Operators whose own jobs must never end their ssh sessions or processes.
+  # je.kim and s.shin are examples (accounts the tests make): list yours;
+  # each must resolve on the node.
   # Quote names YAML could read as something else (yes, no, 0123, null).
   localusers:
     - root
