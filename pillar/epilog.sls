@@ -1,8 +1,12 @@
-# Worked example for the compute nodes slurm-work-*. Every key is optional;
-# salt/epilog/defaults.yaml documents each one and its default.
+# Worked example for the compute nodes slurm-work-*. Every key but
+# localusers is optional; salt/epilog/defaults.yaml documents each one and
+# its default. localusers has none: a minion without it (or without this
+# pillar) is refused by every epilog state, epilog.verify and epilog.sweep.
 epilog:
   slurm_config_dir: /etc/slurm
   # Operators whose own jobs must never end their ssh sessions or processes.
+  # je.kim and s.shin are examples (accounts the tests make): list yours;
+  # each must resolve on the node.
   # Quote names YAML could read as something else (yes, no, 0123, null).
   localusers:
     - root

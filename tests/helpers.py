@@ -271,8 +271,9 @@ def epilog_pillar(base=None, **settings):
     under BASE (slurm/, localusers, epilog.log, records.jsonl, spool/, run/,
     and slurm-operators: epilog.pam and epilog.clean never meet the
     machine's own list), then SETTINGS (any key of the pillar; paths may be
-    Paths)."""
-    data = {}
+    Paths). localusers, which has no default, is [root] unless SETTINGS
+    sets it."""
+    data = {"localusers": ["root"]}
     if base is not None:
         base = Path(base)
         data.update(slurm_config_dir=base / "slurm", ssh_allow_file=base / "localusers", log_file=base / "epilog.log",

@@ -35,7 +35,10 @@ def settings_of(**settings):
     replaced, mappings merged; slurm_config_dir without a trailing /, an
     empty stop_file the one beside it), without what no
     release holds (map.jinja's unheld_keys: what differs per os_family, the
-    schedule): what settings.json holds."""
+    schedule): what settings.json holds. localusers has no default: as
+    map.jinja, it refuses SETTINGS without it."""
+    if settings.get("localusers") is None:
+        raise ValueError("epilog:localusers is not set: the formula has no default for it")
     merged = dict(DEFAULTS)
     for key, value in settings.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):

@@ -380,7 +380,7 @@ def test_no_other_account_can_hold_the_allow_file_lock(chain, cbin, alice_cleanu
 # -- 6. a part's leftovers never hold up the runner ---------------------------------
 def test_a_site_part_that_leaves_processes_behind_does_not_hold_the_runner(own_chain, alice_cleanup):
     """Promise 6: a site part runs `sleep 600 &`, another starts a daemon with
-    setsid; with part_timeout 20 the runner must still end as soon as its
+    setsid; with the default part_timeout the runner must still end as soon as its
     parts have returned (it used to wait on its capture pipe for as long as
     they lived: slurmd would kill it and drain the node). The formula's own
     parts after them still run."""

@@ -209,7 +209,20 @@ def test_verify_reports_a_chain_that_cannot_finish_within_its_deadline_or_slurms
     node.apply()
     wired(node, "PrologEpilogTimeout=120\n")
     report = node.run("verify")
-    assert report["result"] is True, report["problems"]  # the defaults: 4 x (20 + 2) + 10 + 5 + 1 + 5 = 109 <= 110 < 120
+    assert report["result"] is True, report["problems"]  # the defaults: 4 x (12 + 2) + 10 + 5 + 1 + 5 = 77 <= 110 < 120
+    # two site parts of its own fit the defaults (105 s); a third does not
+    site = [node.conf_dir / "epilog.d" / f"{n}-site" for n in (20, 30, 60)]
+    for part in site:
+        part.write_text("#!/bin/sh\nexit 0\n")
+        part.chmod(0o755)
+        report = node.run("verify")
+        if part != site[-1]:
+            assert report["result"] is True, report["problems"]
+    assert report["problems"] == ["[chain-worst-case-too-long] the epilog chain's worst case is 119 s (7 parts x "
+                                  "(part_timeout 12 + 2) + 10 for the user's lock + squeue_timeout 5 + 1 + 5), above "
+                                  "epilog:chain_timeout 110: the last parts would be cut off"], report
+    for part in site:
+        part.unlink()
     wired(node, "PrologEpilogTimeout=90\n")
     problems = "\n".join(node.run("verify")["problems"])
     assert "epilog:chain_timeout (110 s) is not below slurm.conf's prologepilogtimeout (90 s)" in problems

@@ -246,9 +246,9 @@ def test_bad_localusers_entry_fails_the_state_naming_it_and_lays_down_nothing(mi
     ("scratch_patterns", ["$(id){jobid}"], "epilog:scratch_patterns[0]"),
     ("scratch_patterns", ["*{jobid}*"], "may not start with a wildcard or a dot"),
     ("scratch_patterns", [".X{jobid}*"], "may not start with a wildcard or a dot"),
-    ("sweep_budget", 20, "epilog:sweep_budget (20) must be below epilog:part_timeout (20)"),
-    ("chain_timeout", 42, "epilog:chain_timeout (42) must leave room for the decision, one part and the runner: "
-                          "at least epilog:part_timeout (20) + epilog:squeue_timeout (5) + 18"),
+    ("sweep_budget", 12, "epilog:sweep_budget (12) must be below epilog:part_timeout (12)"),
+    ("chain_timeout", 34, "epilog:chain_timeout (34) must leave room for the decision, one part and the runner: "
+                          "at least epilog:part_timeout (12) + epilog:squeue_timeout (5) + 18"),
     ("chain_timeout", 3601, "epilog:chain_timeout (3601) must be a whole number of seconds from 1 to 3600"),
     # the epilog runs as root and writes only where no other account can plant a symlink
     ("log_file", "/var/log/slurm/epilog.log", "epilog:log_file ('/var/log/slurm/epilog.log'): /var/log/slurm is "),
@@ -307,15 +307,24 @@ def test_saltfile_makes_salt_call_work_from_the_repo_root(tmp_path, accounts):
     assert len(states) == STATE_COUNT and all(s["result"] for s in states.values())
     for path in PACKAGE:
         assert (c.release / path).read_bytes() == (REPO / "_modules" / path).read_bytes(), path
-    sweep = subprocess.run([*salt_call, "--out=json", "epilog.sweep", "test=True"],
+    # the repo's pillar/ (top.sls: slurm-work-*) is a minion's of that name
+    sweep = subprocess.run([*salt_call, "--id=slurm-work-newcomer", "--out=json", "epilog.sweep", "test=True"],
                            cwd=REPO, capture_output=True, text=True, timeout=300)
     assert sweep.returncode == 0, sweep.stderr[-2000:]
     assert json.loads(sweep.stdout)["local"]["test"] is True
-    # a function whose result is False makes salt-call exit 1 (a rollout's
-    # batch stops on it)
-    verify = subprocess.run([*salt_call, "--out=json", "epilog.verify"], cwd=REPO, capture_output=True, text=True,
-                            timeout=300)
-    assert json.loads(verify.stdout)["local"]["result"] is False and verify.returncode == 1, verify.stdout[-2000:]
+    # any other minion has no epilog pillar: the sweep refuses, naming it
+    # (it never runs on the defaults), and verify says the same; a function
+    # whose result is False makes salt-call exit 1 (a rollout's batch stops
+    # on it)
+    missing = "no epilog pillar on this minion: the top file assigns it none"
+    sweep = subprocess.run([*salt_call, "--id=epilog-newcomer", "--out=json", "epilog.sweep", "test=True"],
+                           cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert sweep.returncode != 0 and missing in sweep.stdout + sweep.stderr, (sweep.stdout + sweep.stderr)[-2000:]
+    verify = subprocess.run([*salt_call, "--id=epilog-newcomer", "--out=json", "epilog.verify"], cwd=REPO,
+                            capture_output=True, text=True, timeout=300)
+    answer = json.loads(verify.stdout)["local"]
+    assert answer["result"] is False and verify.returncode == 1, verify.stdout[-2000:]
+    assert answer["problems"][0].startswith(f"[pillar-invalid] the epilog settings do not render: {missing}"), answer
 
 
 # the last commit that laid the chain down in place, before releases

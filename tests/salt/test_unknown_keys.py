@@ -60,3 +60,32 @@ def test_verify_fails_with_the_states_message_and_a_rollback_still_works(node):
                                     "refuse it too, and epilog.rollback still works"], verified
     report = node.run("rollback")
     assert report["result"] is True and node.release.name == first, report
+
+
+NO_PILLAR = ("no epilog pillar on this minion: the top file assigns it none, or its key is misspelt (the pillar "
+             "holds epliog:; did you mean epilog:?). The formula has no default for epilog:localusers, the operator "
+             "accounts the chain never touches: set it, root at least (see pillar.example)")
+NOT_SET = "epilog:localusers is not set: the formula has no default for the operator accounts the chain never touches"
+
+
+def test_a_minion_without_its_operators_list_is_refused_by_the_state_verify_and_sweep(node):
+    """No epilog pillar (a misspelt top key here) or one without localusers:
+    the state fails naming what is missing and lays nothing down, verify
+    answers it as a coded problem, and a sweep refuses with the same words,
+    rather than any of them run with root as the only operator."""
+    from salt.exceptions import CommandExecutionError  # pylint: disable=import-outside-toplevel
+
+    node.apply()
+    before = node.snapshot()
+    without = {key: value for key, value in node.pillar["epilog"].items() if key != "localusers"}
+    for pillar, message in (({"epliog": node.pillar["epilog"]}, NO_PILLAR), ({"epilog": without}, NOT_SET)):
+        node.minion.set_pillar(pillar)
+        ret = node.minion.apply()
+        assert not ret.ok and not ret.states and message in "\n".join(ret.errors), ret
+        assert node.snapshot() == before
+        verified = node.run("verify")
+        assert verified["result"] is False and len(verified["problems"]) == 1, verified
+        assert verified["problems"][0].startswith(f"[pillar-invalid] the epilog settings do not render: {message}")
+        with pytest.raises(CommandExecutionError) as caught:
+            node.run("sweep", test=True)
+        assert message in str(caught.value)

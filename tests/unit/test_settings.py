@@ -23,18 +23,37 @@ DEFAULTS = yaml.safe_load((REPO / "salt/epilog/defaults.yaml").read_text())["epi
 OSFAMILYMAP = yaml.safe_load((REPO / "salt/epilog/osfamilymap.yaml").read_text())
 
 
-def render(tmp_path, pillar, os_family="Debian", validate=True, root=REPO / "salt"):
+# What the formula has no default for: the least pillar a node can have.
+MINIMAL = {"localusers": ["root"]}
+
+
+def minimal(pillar):
+    """PILLAR with MINIMAL's settings under epilog: where neither epilog:
+    nor epilog:lookup: sets them (an epilog: that is not a mapping is left
+    as it is, for the rules to refuse)."""
+    given = pillar.get("epilog", {})
+    given = {} if given is None else given
+    if not isinstance(given, dict):
+        return pillar
+    lookup = given.get("lookup") if isinstance(given.get("lookup"), dict) else {}
+    return {**pillar, "epilog": {**{key: value for key, value in MINIMAL.items() if key not in lookup}, **given}}
+
+
+def render(tmp_path, pillar, os_family="Debian", validate=True, root=REPO / "salt", bare=False):
     """settings.jinja's JSON for PILLAR on a node of OS_FAMILY."""
-    text = render_text(tmp_path, (root / "epilog/settings.jinja").read_text(), pillar, os_family, validate, root=root)
+    text = render_text(tmp_path, (root / "epilog/settings.jinja").read_text(), pillar, os_family, validate, root=root,
+                       bare=bare)
     return yaml.safe_load(text)
 
 
 def render_text(tmp_path, template, pillar, os_family="Debian", validate=True, root=REPO / "salt", opts_more=None,
-                salt_more=None, **more):
+                salt_more=None, bare=False, **more):
     """TEMPLATE rendered by Salt's Jinja as the formula's files are (the
     formula's tree, ROOT, as salt://, PILLAR and the grains as data, MORE in
     the context; OPTS_MORE over the minion's options, SALT_MORE beside the
-    execution functions a render here has)."""
+    execution functions a render here has). PILLAR is completed by
+    minimal() unless BARE: what it does not set is the defaults'."""
+    pillar = pillar if bare else minimal(pillar)
     opts = copy.deepcopy(salt.config.DEFAULT_MINION_OPTS)
     opts.update({"file_roots": {"base": [str(root)]}, "file_client": "local", "cachedir": str(tmp_path)},
                 **(opts_more or {}))
@@ -66,7 +85,7 @@ def merged(tmp_path, pillar, os_family="Debian"):
     return json.loads(text)
 
 
-def test_the_defaults_are_the_settings_of_an_empty_pillar(tmp_path):
+def test_the_defaults_are_the_settings_of_the_least_pillar(tmp_path):
     out = render(tmp_path, {})
     assert out["rules"] == RULES
     # and the module's names of what the states lay down are layout.yaml's
@@ -74,12 +93,57 @@ def test_the_defaults_are_the_settings_of_an_empty_pillar(tmp_path):
     family = tuple(UNHELD)
     # an empty stop_file is filled in: the file beside the chain
     assert DEFAULTS["stop_file"] == "" and out["settings"]["stop_file"] == "/etc/slurm/epilog.stop"
-    assert {key: out["settings"][key] for key in DEFAULTS if key not in family and key != "stop_file"} == \
-        {key: value for key, value in DEFAULTS.items() if key not in family and key != "stop_file"}
+    # the operators have no default: the least pillar's are the settings'
+    assert DEFAULTS["localusers"] is None and out["settings"]["localusers"] == MINIMAL["localusers"]
+    assert {key: out["settings"][key] for key in DEFAULTS if key not in family and key not in ("stop_file", "localusers")} \
+        == {key: value for key, value in DEFAULTS.items() if key not in family and key not in ("stop_file", "localusers")}
     # what differs per family is in no release's settings
     assert not set(family) & set(out["settings"])
     assert merged(tmp_path, {})["pkgs"] == ["python3"]
     assert merged(tmp_path, {})["pam_adopt_module"] == DEFAULTS["pam_adopt_module"]
+
+
+NO_PILLAR = "no epilog pillar on this minion: the top file assigns it none, or its key is misspelt"
+NOT_SET = ("epilog:localusers is not set: the formula has no default for the operator accounts the chain never "
+           "touches (their processes, files and ssh access); list them in the pillar, root at least, e.g. "
+           "localusers: [root] (see pillar.example)")
+
+
+@pytest.mark.parametrize("pillar,message", [
+    ({}, NO_PILLAR + ". The formula has no default for epilog:localusers, the operator accounts the chain never "
+     "touches: set it, root at least (see pillar.example)"),
+    ({"epilog_clean": {}, "slurm": {}}, NO_PILLAR + ". The formula has no default for epilog:localusers"),
+    ({"epliog": {"localusers": ["root", "je.kim"]}}, NO_PILLAR + " (the pillar holds epliog:; did you mean epilog:?)"),
+    ({"Epilog": {}, "epilog_rollout": {}}, NO_PILLAR + " (the pillar holds Epilog:; did you mean epilog:?)"),
+    ({"epilog": None}, NOT_SET),
+    ({"epilog": {}}, NOT_SET),
+    ({"epilog": {"mode": "observe", "ssh_access": "none"}}, NOT_SET),
+    ({"epilog": {"localusers": None}}, NOT_SET),
+    # a typo of it is named as such, before the setting it misses
+    ({"epilog": {"localuser": ["root"]}}, "epilog:localuser is not a setting of the epilog formula; did you mean "
+                                         "epilog:localusers?"),
+])
+def test_a_minion_without_the_operators_list_is_refused_naming_what_is_missing(tmp_path, pillar, message):
+    """The defaults alone never lay a chain down: without an epilog pillar
+    (not assigned, or under a misspelt key) or without epilog:localusers,
+    every state, verify and sweep fail with the one message, rather than
+    run with root as the only operator."""
+    with pytest.raises(salt.exceptions.SaltException) as caught:
+        render(tmp_path, pillar, bare=True)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("pillar", [{"epilog": {"localusers": []}}, {"epilog": {"lookup": {"localusers": ["ops"]}}}])
+def test_the_operators_list_stated_even_empty_or_under_lookup_is_set(tmp_path, pillar):
+    out = render(tmp_path, pillar, bare=True)["settings"]
+    assert out["localusers"] == (pillar["epilog"].get("lookup") or pillar["epilog"])["localusers"]
+
+
+def test_a_rollback_works_without_any_epilog_pillar(tmp_path):
+    """validate=False (rollback, checkpoint) asks for no pillar: the way
+    back must work on a minion whose pillar is gone."""
+    out = render(tmp_path, {}, validate=False, bare=True)["settings"]
+    assert out["localusers"] is None and out["slurm_config_dir"] == DEFAULTS["slurm_config_dir"]
 
 
 def test_the_pillar_over_lookup_over_the_family_over_the_defaults(tmp_path):
@@ -159,7 +223,9 @@ def test_the_pillar_over_lookup_over_the_family_over_the_defaults(tmp_path):
     ({"parts": {"50-exclusive-ssh": False}}, "epilog:parts:50-exclusive-ssh is false under epilog:ssh_access "
                                              "listfile: part 50 is what adds a job's user"),
     ({"sweep_budget": 20, "part_timeout": 20}, "epilog:sweep_budget (20) must be below epilog:part_timeout (20)"),
-    ({"chain_timeout": 40}, "epilog:chain_timeout (40) must leave room for the decision, one part and the runner"),
+    ({"chain_timeout": 40, "part_timeout": 20},
+     "epilog:chain_timeout (40) must leave room for the decision, one part and the runner"),
+    ({"chain_timeout": 34}, "epilog:chain_timeout (34) must leave room for the decision, one part and the runner"),
 ])
 def test_a_bad_pillar_is_refused_naming_its_entry(tmp_path, pillar, message):
     with pytest.raises(salt.exceptions.SaltException) as caught:
@@ -254,7 +320,9 @@ def test_pillar_example_lists_every_setting_at_its_default():
     comments, so that the file as copied keeps each family's own."""
     example = yaml.safe_load((REPO / "pillar.example").read_text())["epilog"]
     per_family = {key for family in OSFAMILYMAP.values() for key in family}
-    assert example == {key: value for key, value in DEFAULTS.items() if key not in per_family}
+    # and what has no default (localusers) at the least a pillar can hold
+    assert example == {**{key: value for key, value in DEFAULTS.items() if key not in per_family}, **MINIMAL}
+    assert all(DEFAULTS[key] is None for key in MINIMAL)
     for key in per_family & set(DEFAULTS):
         assert f"  # {key}: {DEFAULTS[key]}\n" in (REPO / "pillar.example").read_text(), key
 

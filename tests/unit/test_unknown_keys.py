@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.helpers import REPO
-from tests.unit.test_settings import DEFAULTS, merged, render, render_text
+from tests.unit.test_settings import DEFAULTS, MINIMAL, merged, render, render_text
 
 salt_exceptions = pytest.importorskip("salt.exceptions")
 
@@ -97,9 +97,10 @@ def test_epilog_itself_must_be_a_mapping_and_may_be_empty(tmp_path):
 
 def test_every_known_key_is_accepted_under_epilog_and_lookup(tmp_path):
     """defaults.yaml's keys, osfamilymap.yaml's (pkgs, pam_adopt_module) and
-    lookup, each at its default."""
+    lookup, each at its default (localusers, which has none, at the least
+    pillar's)."""
     family = yaml.safe_load((REPO / "salt/epilog/osfamilymap.yaml").read_text())["RedHat"]
-    every = {**DEFAULTS, **family}
+    every = {**DEFAULTS, **family, **MINIMAL}
     settings = merged(tmp_path, {"epilog": {**every, "lookup": every}}, "RedHat")
     # (map.jinja fills the empty stop_file in: beside the chain)
     assert {key: settings[key] for key in every} == {**every, "stop_file": "/etc/slurm/epilog.stop"}
