@@ -14,6 +14,9 @@
     epilog_clean:slurm_config_dir (the pillar's is the default):
       salt 'slurm-work-*' state.apply epilog.clean pillar='{"epilog_clean": {"slurm_config_dir": "/etc/slurm-old"}}'  # noqa: 206 #}
 {%- set tplroot = tpldir.split('/')[0] %}
+{#- the operators are not needed to remove the chain: clean works on a
+    minion whose epilog pillar is gone (map.jinja checks the rest) #}
+{%- set operators_optional = true %}
 {%- from tplroot ~ "/map.jinja" import epilog, path_pattern, dots_pattern with context %}
 {%- import_yaml tplroot ~ "/layout.yaml" as layout %}
 {%- import_yaml tplroot ~ "/defaults.yaml" as defaults %}

@@ -145,3 +145,24 @@ def test_a_key_added_to_defaults_yaml_is_known_with_nothing_else_to_change(tmp_p
 def test_an_unknown_key_of_the_rollout_or_clean_is_refused_naming_it_and_the_nearest(tmp_path, sls, pillar, message):
     template = (REPO / f"salt/epilog/{sls}.sls").read_text()
     assert message in refusal(lambda: render_text(tmp_path, template, pillar))
+
+
+def clean_head():
+    """clean.sls up to its first call of the module (chain_wired): its
+    imports of the settings and its own checks, then the directory it
+    would clean."""
+    text = (REPO / "salt/epilog/clean.sls").read_text()
+    return text[:text.index("{%- set wired = ")] + "{{ confdir }}"
+
+
+@pytest.mark.parametrize("pillar", [{}, {"epilog": {"mode": "observe"}}])
+def test_clean_needs_no_operators_list(tmp_path, pillar):
+    """epilog.clean removes the chain from a minion whose epilog pillar is
+    gone, or never named the operators: its settings render, asking for no
+    localusers, and it would clean the default directory."""
+    assert render_text(tmp_path, clean_head(), pillar, bare=True).strip().endswith(DEFAULTS["slurm_config_dir"])
+
+
+def test_clean_still_checks_what_it_uses(tmp_path):
+    assert "epilog:mode" in refusal(lambda: render_text(tmp_path, clean_head(), {"epilog": {"mode": "loud"}},
+                                                        bare=True))
