@@ -100,15 +100,15 @@ def pytest_generate_tests(metafunc):
     DEFAULT_SLURMS when its file is one of ON_EVERY_SLURM, else on 22.05. EPILOG_SLURMS (a comma
     list of SLURMS: 22.05, or 24.11,26.05) chooses the releases instead; CI leaves it unset. A test
     that takes a v2_case runs on each case of V2_CASES whose release is chosen, and, when its module
-    names V2_RELEASES, is one of them."""
+    names V2_ONLY_CASES, is one of them."""
     if "slurm_release" not in metafunc.fixturenames and "v2_case" not in metafunc.fixturenames:
         return
     wanted = [v for v in os.environ.get("EPILOG_SLURMS", ",".join(DEFAULT_SLURMS)).split(",") if v]
     if not wanted or set(wanted) - set(SLURMS):
         raise pytest.UsageError(f"EPILOG_SLURMS={os.environ.get('EPILOG_SLURMS')!r}: a comma list of {', '.join(SLURMS)}")
     if "v2_case" in metafunc.fixturenames:
-        only = getattr(metafunc.module, "V2_RELEASES", SLURMS)
-        cases = [case for case, (release, _) in V2_CASES.items() if release in wanted and release in only]
+        only = getattr(metafunc.module, "V2_ONLY_CASES", V2_CASES)
+        cases = [case for case, (release, _) in V2_CASES.items() if release in wanted and case in only]
         metafunc.parametrize("v2_case", cases, indirect=True, scope="module", ids=[f"slurm{c}" for c in cases])
         return
     every = Path(str(metafunc.definition.path)).name in ON_EVERY_SLURM

@@ -1,18 +1,21 @@
-"""pam_slurm_adopt on cgroup v2: Debian's module (22.05) and a real sshd
+"""pam_slurm_adopt on cgroup v2: the release's module (Debian's for 22.05,
+the build's in <prefix>/lib/security for 26.05, made by .ci/slurm-build;
+Debian's 22.05 module does not speak 26.05's protocol) and a real sshd
 whose account stack ends in the lines the state epilog.pam lays down
 (pam.block placed by pam.place, as epilog.pam_file builds them; the state
-itself is applied on v1 by test_pam_adopt.py), over a real 22.05 under
+itself is applied on v1 by test_pam_adopt.py), over a real Slurm under
 proctrack/cgroup on cgroup v2 with PrologFlags=Contain (the v2_slurm
-fixture). sshd runs in a mount namespace made inside slurmd's, so it has
-the same cgroup2 hierarchy at /sys/fs/cgroup, with tmpfs copies of
-/etc/pam.d and /etc/security on top. The module asks the job's extern
-step (slurmstepd) to take the login in, and slurmstepd moves it into the
-job's v2 cgroup; slurmstepd reads /proc/PID/cgroup through the preloaded
-tests/c/cgroup2_only.c, which stands in for a pure-v2 node (this
-machine's kernel lists its v1 hierarchies there too, which Slurm
-refuses). sshd and the ssh session read the file as it is. 26.05 is not
-a case: its build (.ci/slurm-build) has no pam_slurm_adopt, and Debian's
-22.05 module does not speak to 26.05's slurmstepd."""
+fixture; 26.05 in its default naming, the job's directory its SLUID).
+sshd runs in a mount namespace made inside slurmd's, so it has the same
+cgroup2 hierarchy at /sys/fs/cgroup, with tmpfs copies of /etc/pam.d and
+/etc/security on top, and the Slurm's slurm.conf by SLURM_CONF in its
+environment (the built module finds its libslurm by its rpath). The
+module asks the job's extern step (slurmstepd) to take the login in, and
+slurmstepd moves it into the job's v2 cgroup; slurmstepd reads
+/proc/PID/cgroup through the preloaded tests/c/cgroup2_only.c, which
+stands in for a pure-v2 node (this machine's kernel lists its v1
+hierarchies there too, which Slurm refuses). sshd and the ssh session
+read the file as it is."""
 import os
 import subprocess
 from pathlib import Path
@@ -20,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import mount_namespace, require, require_tools, uid_of, wait_for
-from tests.slurm.conftest import OPERATOR, Sshd, port_free
+from tests.slurm.conftest import OPERATOR, SLURMS, Sshd, port_free
 from tests.slurm.test_cgroup_v2_job_end import job_dir, processes_in, running_in, scope
 from tests.slurm.test_pam_adopt import MODULE
 from tests.slurm.test_slurm_job_end import alive_as, assert_not_drained, record_of, ssh_session
@@ -28,9 +31,16 @@ from tests.unit.conftest import node
 
 pam = node("pam")
 system = node("system")
-V2_RELEASES = ("22.05",)
+V2_ONLY_CASES = ("22.05", "26.05-sluid")
 V2_ADOPT_SSHD_PORT = 2225
 OPERATORS = "/etc/security/slurm-operators"  # epilog:pam_operators_file's default
+
+
+def adopt_module(release):
+    """The pam_slurm_adopt.so that speaks to Slurm RELEASE, and where it comes from."""
+    if release == "22.05":
+        return MODULE, "package libpam-slurm-adopt"
+    return SLURMS[release]["prefix"] / "lib/security/pam_slurm_adopt.so", f"bash .ci/slurm-build {release}"
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +48,13 @@ def v2_adopt_sshd(tmp_path_factory, accounts, v2_slurm):
     """A real sshd in a mount namespace made inside v2_slurm's, its
     /etc/pam.d/sshd the node's with the formula's adopt lines and the
     operators' list (root, the operator) laid down as epilog.pam would."""
-    require(MODULE.is_file(), f"{MODULE} (package libpam-slurm-adopt)")
+    module, how = adopt_module(v2_slurm.release)
+    require(module.is_file(), f"{module} ({how})")
     require_tools("/usr/sbin/sshd", "ssh", "ssh-keygen")
     require(port_free(V2_ADOPT_SSHD_PORT), f"port {V2_ADOPT_SSHD_PORT} free for the test sshd")
     Path("/run/sshd").mkdir(exist_ok=True)
     with mount_namespace(copied=("/etc/pam.d", "/etc/security"), within=v2_slurm.ns.prefix) as prefix:
-        sshd_file = pam.place(Path("/etc/pam.d/sshd").read_text(), pam.block(OPERATORS, adopt_module=str(MODULE)))
+        sshd_file = pam.place(Path("/etc/pam.d/sshd").read_text(), pam.block(OPERATORS, adopt_module=str(module)))
         script = f"umask 077 && printf 'root\\n{OPERATOR}\\n' > {OPERATORS} && cat > /etc/pam.d/sshd"
         subprocess.run([*prefix, "sh", "-c", script], input=sshd_file, text=True, check=True)
         base = tmp_path_factory.mktemp("v2-adopt-sshd")
@@ -72,9 +83,9 @@ def test_an_ssh_login_is_adopted_into_the_jobs_v2_cgroup_and_ends_with_the_job(v
                     if pid not in batch and Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\0" b"600\0"}
         found = wait_for(adopted, 30, what="alice's ssh session in her job's cgroup")
         (pid, cgroup), = found.items()
-        _, name = job_dir(slurm, job)
-        assert f"0::/system.slice/{scope(slurm)}/job_{name}/step_extern/" in cgroup, cgroup
-        assert system.job_of_cgroup(cgroup, uid) == ("id", job), cgroup
+        kind, name = where = job_dir(slurm, job)
+        assert f"0::/system.slice/{scope(slurm)}/{'job_' if kind == 'id' else ''}{name}/step_extern/" in cgroup, cgroup
+        assert system.job_of_cgroup(cgroup, uid) == where, cgroup
 
         slurm.cmd("scancel", job)
         record = record_of(slurm.chain, job)
