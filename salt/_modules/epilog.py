@@ -18,6 +18,7 @@ current release's own node program instead (its runner, in a dry run).
 Nothing in this file or the rooms is laid down on a node: changing them
 changes no release.
 """
+import functools
 import importlib
 import importlib.util
 import os
@@ -150,9 +151,12 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _given():
-    """What the rooms are given of Salt for this call (epilog_front.Salt)."""
-    return _front.Salt(__salt__, __opts__, grains=__grains__, config=_config, settings=_settings,  # noqa: F821
+def _given(operators_optional=False):
+    """What the rooms are given of Salt for this call (epilog_front.Salt);
+    OPERATORS_OPTIONAL: its config is _config's with no operators' list
+    asked for (epilog.clean's calls)."""
+    config = functools.partial(_config, operators_optional=True) if operators_optional else _config
+    return _front.Salt(__salt__, __opts__, grains=__grains__, config=config, settings=_settings,  # noqa: F821
                        recovery_settings=_recovery_settings, chain_wired=chain_wired, release_program=_release_program)
 
 
@@ -248,7 +252,7 @@ def __virtual__():
 
 
 # -- Salt ---------------------------------------------------------------------
-def _config(validate=True):
+def _config(validate=True, operators_optional=False):
     """(settings, rules, layout): the node's settings, merged and validated by
     the formula's map.jinja (defaults.yaml, osfamilymap.yaml, the pillar) with
     the rules of rules.yaml, as the states see them, and layout.yaml, which
@@ -257,9 +261,13 @@ def _config(validate=True):
     laid-down files of its own, and a bad pillar fails here with the message the state gives.
     VALIDATE=False: the same merge without the checks, for the recovery
     operations, which must work under the pillar that broke a deploy; they
-    check the one setting they use themselves (_recovery_settings). Read
-    once in a call (_one_call) of this module (common._config)."""
-    return _front.common._config(__salt__["slsutil.renderer"], validate, _front)  # noqa: F821 - a Salt dunder
+    check the one setting they use themselves (_recovery_settings).
+    OPERATORS_OPTIONAL: checked, but with no epilog pillar, or none of
+    localusers, the operators are [] rather than refused (what epilog.clean
+    calls: the chain comes off a minion whose pillar is gone). Read once in
+    a call (_one_call) of this module (common._config)."""
+    return _front.common._config(__salt__["slsutil.renderer"], validate, _front,  # noqa: F821 - a Salt dunder
+                                 operators_optional)
 
 
 def _settings():
@@ -389,7 +397,7 @@ def chain_wired(slurm_config_dir=None):
         salt-call epilog.chain_wired slurm_config_dir=/etc/slurm-old
     """
     with _front.common._one_call():
-        return _front.slurmd._chain_wired(slurm_config_dir, _config())
+        return _front.slurmd._chain_wired(slurm_config_dir, _config(operators_optional=True))
 
 
 def verify(expect=None, verbose=False):
@@ -502,7 +510,7 @@ def pam_clean():
 
         salt 'slurm-work-01' epilog.pam_clean
     """
-    return _front.pampolicy.pam_clean(_given())
+    return _front.pampolicy.pam_clean(_given(operators_optional=True))
 
 
 def rollback(test=None, checkpoint=None):

@@ -89,3 +89,19 @@ def test_a_minion_without_its_operators_list_is_refused_by_the_state_verify_and_
         with pytest.raises(CommandExecutionError) as caught:
             node.run("sweep", test=True)
         assert message in str(caught.value)
+
+
+def test_clean_takes_the_chain_off_a_minion_whose_epilog_pillar_is_gone(node):
+    """The way out needs no operators' list: with the epilog pillar gone and
+    only epilog_clean:slurm_config_dir given (as the docs say after a
+    rename), epilog.clean renders (its module calls too: chain_wired,
+    pam_clean), refuses while slurm.conf names the chain, then removes it."""
+    node.apply()
+    node.minion.set_pillar({"epilog_clean": {"slurm_config_dir": str(node.conf_dir)}})
+    (node.conf_dir / "slurm.conf").write_text(f"ClusterName=x\nEpilog={node.conf_dir}/epilog.sh\n")
+    refused = node.minion.apply("epilog.clean")
+    assert not refused.ok and "refusing to remove the chain" in refused.text, refused
+    (node.conf_dir / "slurm.conf").write_text("ClusterName=x\n")
+    cleaned = node.minion.apply("epilog.clean")
+    assert cleaned.ok, cleaned
+    assert sorted(p.name for p in node.conf_dir.iterdir()) == ["slurm.conf"]

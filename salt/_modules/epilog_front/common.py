@@ -69,19 +69,20 @@ def _memo():
     return getattr(threading.current_thread(), _MEMO, None)
 
 
-def _config(renderer, validate, owner):
+def _config(renderer, validate, owner, operators_optional=False):
     """epilog._config's (settings, rules, layout) (its docstring), rendered
     from salt://epilog/settings.jinja by RENDERER (Salt's slsutil.renderer).
     In a call (_one_call) it is rendered once for each VALIDATE and OWNER
     (the rooms of one load of the module: a module loaded anew inside the
-    call, as verify's state run loads it, renders under its own pillar), and
+    call, as verify's state run loads it, renders under its own pillar) and
+    OPERATORS_OPTIONAL (map.jinja's, for epilog.clean's calls), and
     each asker gets a copy of its own."""
-    memo, key = _memo(), ("config", bool(validate), owner)
+    memo, key = _memo(), ("config", bool(validate), owner, bool(operators_optional))
     rendered = memo.get(key) if memo is not None else None
     if rendered is None:
         try:
             rendered = renderer(path="salt://epilog/settings.jinja", default_renderer="jinja|json", tpldir="epilog",
-                                validate=bool(validate), family=True)
+                                validate=bool(validate), family=True, operators_optional=bool(operators_optional))
         except Exception as exc:
             text = str(exc)
             found = re.search(r"Jinja error: ([^\n]*)", text)
