@@ -1,6 +1,7 @@
 """epilog.verify: its checks and its answer, each problem or warning
 opening with its code (docs/releases.md lists them)."""
 
+import errno
 import os
 import re
 import stat
@@ -498,8 +499,10 @@ def _slurmds_cgroups(conf):
         return _node.cgroups.cgroup_facts(_node.system.read_file("/proc/self/mountinfo", 4 << 20))
     with _root(pid) as root:
         def opener(path):
-            fd, _, _ = root.resolve(path, follow=False)
+            fd, _, placed = root.resolve(path, follow=False)
             try:
+                if not placed:  # a mount point reached through a directory another account may write
+                    raise OSError(errno.EPERM, "not reached through root's directories alone", path)
                 return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
             finally:
                 os.close(fd)

@@ -118,7 +118,7 @@ def processes(me, now, live=None):
             continue
         uids = system.uids_of(fields)
         if uids and uids[0] == 0 and live is not None and fields.get("Name") == "slurmstepd":
-            job = system.job_cgroup(pid)
+            job = _stepd_job(pid)  # read again, status and cgroup of one process
             if job is not None and job[0] != "unknown":
                 live.add(job)
         if not uids or uids[0] == 0 or uids[0] in slots:
@@ -127,6 +127,27 @@ def processes(me, now, live=None):
         out.setdefault(uids[0], []).append(Process(int(pid), system.show(fields.get("Name", "?")), age,
                                                    system.job_cgroup(pid, uids[0])))
     return out
+
+
+def _stepd_job(pid):
+    """system.job_of_cgroup() of PID when it is a slurmstepd of root's (real uid
+    0, the name the kernel took from the file root ran), else None: its
+    status and its cgroup read through one /proc/PID descriptor, so both
+    are of the same process, whatever its pid names meanwhile."""
+    try:
+        proc = os.open("/proc/%s" % pid, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fields = system.status_in(proc)
+        uids = system.uids_of(fields) if fields else None
+        if not uids or uids[0] != 0 or fields.get("Name") != "slurmstepd":
+            return None
+        return system.job_of_text(system.read_in(proc, "cgroup", system.CGROUP_TEXT))
+    except OSError:
+        return None
+    finally:
+        os.close(proc)
 
 
 def account(uid):

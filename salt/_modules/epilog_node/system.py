@@ -360,7 +360,8 @@ def status(pid):
 
 def read_in(directory_fd, name, limit):
     """Up to LIMIT bytes of the file NAME in the directory DIRECTORY_FD
-    (a /proc/PID: the same process's, whatever its pid names later)."""
+    (a /proc/PID: the same process's, whatever its pid names later; None:
+    NAME is a path)."""
     fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=directory_fd)
     try:
         return os.read(fd, limit)
@@ -588,15 +589,13 @@ def job_of_cgroup(data, uid=None, owners=None):
 def job_cgroup(pid, uid=None):
     """job_of_cgroup() of a live process PID, or None."""
     try:
-        fd = os.open("/proc/%s/cgroup" % pid, os.O_RDONLY | os.O_CLOEXEC)
+        return job_of_text(read_in(None, "/proc/%s/cgroup" % pid, CGROUP_TEXT), uid)
     except OSError:
         return None
-    try:
-        data = os.read(fd, CGROUP_TEXT)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+
+
+def job_of_text(data, uid=None):
+    """job_of_cgroup() of a /proc/PID/cgroup read (bytes), whole lines alone."""
     # whole lines alone: a line a read cut short names something else
     # (job_12 cut to job_1)
     data = data[:data.rfind(b"\n") + 1]
