@@ -10,6 +10,7 @@ Slurm ends what runs in a job's cgroup; part 40 ends what runs outside any
 job at the user's last job end, and its record tells the two apart."""
 import os
 import pwd
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -86,10 +87,24 @@ def processes_in(slurm, job, uid):
     return found
 
 
-def running_in(slurm, job, uid, count):
-    """UID's processes in JOB's cgroup, once COUNT of them run there."""
-    return wait_for(lambda: (lambda found: found if len(found) >= count else None)(processes_in(slurm, job, uid)),
-                    60, what=f"{count} processes of uid {uid} in job {job}'s cgroup")
+def running_in(slurm, job, uid, command):
+    """{pid: /proc/PID/cgroup} of UID's processes in JOB's cgroup that run
+    COMMAND (argv, each NUL-ended), once one does: the job's own, not the
+    processes Slurm starts it with, which come and go (one seen a moment
+    ago may be a zombie now)."""
+    def found():
+        out = {}
+        for pid, cgroup in processes_in(slurm, job, uid).items():
+            try:
+                if Path(f"/proc/{pid}/cmdline").read_bytes() == command:
+                    out[pid] = cgroup
+            except OSError:
+                continue
+        return out or None
+    return wait_for(found, 60, what=f"{command!r} of uid {uid} in job {job}'s cgroup")
+
+
+SLEEP_300, SLEEP_600 = b"sleep\0" b"300\0", b"sleep\0" b"600\0"
 
 
 def as_grandchild(uid, command):
@@ -113,15 +128,16 @@ def test_the_first_of_two_jobs_ends_alone_and_the_last_ends_what_runs_outside_an
     second = rooted = None
     try:
         second = slurm.submit("alice", "sleep 300")
-        kept = running_in(slurm, second, uid, 2)  # its batch script and the sleep
+        kept = running_in(slurm, second, uid, SLEEP_300)
         expected = job_dir(slurm, second)
         for pid, cgroup in kept.items():
             assert f"0::/system.slice/{scope(slurm)}/{'job_' if expected[0] == 'id' else ''}{expected[1]}/step_batch/" \
                 in cgroup, (pid, cgroup)
             assert system.job_of_cgroup(cgroup, uid) == expected, (pid, cgroup)
         rooted = slurm.submit("root", as_grandchild(uid, "sleep 600"))
-        theirs = running_in(slurm, rooted, uid, 1)
+        theirs = running_in(slurm, rooted, uid, SLEEP_600)
 
+        names = {pid: Path(f"/proc/{pid}/cmdline").read_bytes() for pid in (*kept, *theirs)}
         first, out = slurm.run_job("alice", STRAY)
         inside = stray_pid(out)
         record = record_of(slurm.chain, first)
@@ -129,7 +145,7 @@ def test_the_first_of_two_jobs_ends_alone_and_the_last_ends_what_runs_outside_an
         assert {part["part"]: part["ran"] for part in record["parts"]}["40-lastuserjob-processes"] is False, record
         assert not alive_as(inside, "alice"), "Slurm left a process in the ending job's cgroup"
         left = [pid for pid in (*kept, *theirs, outside.pid) if not alive_as(pid, "alice")]
-        assert not left, f"the end of the first job ended {left}"
+        assert not left, f"the end of the first job ended {left} (of {kept}, {theirs}, {outside.pid}; {names})"
 
         slurm.cmd("scancel", second)
         record = record_of(slurm.chain, second)
@@ -172,12 +188,12 @@ def test_epilog_strays_finds_a_running_job_by_its_cgroup(v2_slurm, rsyslog):
     job = None
     try:
         job = slurm.submit("alice", "sleep 300")
-        kept = running_in(slurm, job, uid, 2)
+        kept = running_in(slurm, job, uid, SLEEP_300)
         report = look(slurm.chain, kill=True, prefix=slurm.ns.prefix)
         alice = told(report)["alice"]
         _, name = job_dir(slurm, job)
         assert alice["answer"] == "job", alice
-        assert alice["why"] in {f"process {pid} is in the cgroup of Slurm job {name}" for pid in kept}, alice
+        assert re.fullmatch(rf"process [0-9]+ is in the cgroup of Slurm job {name}", alice["why"]), alice
         assert "kill" not in alice, alice
         dead = [pid for pid in (*kept, outside.pid) if not alive_as(pid, "alice")]
         assert not dead, (dead, "of the job's", kept, "and the one outside", outside.pid, alice)

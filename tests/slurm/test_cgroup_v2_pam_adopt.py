@@ -24,7 +24,7 @@ import pytest
 
 from tests.helpers import mount_namespace, require, require_tools, uid_of, wait_for
 from tests.slurm.conftest import OPERATOR, SLURMS, Sshd, port_free
-from tests.slurm.test_cgroup_v2_job_end import job_dir, processes_in, running_in, scope
+from tests.slurm.test_cgroup_v2_job_end import SLEEP_300, job_dir, processes_in, running_in, scope
 from tests.slurm.test_pam_adopt import MODULE
 from tests.slurm.test_slurm_job_end import alive_as, assert_not_drained, record_of, ssh_session
 from tests.unit.conftest import node
@@ -75,7 +75,7 @@ def test_an_ssh_login_is_adopted_into_the_jobs_v2_cgroup_and_ends_with_the_job(v
     job = session = None
     try:
         job = slurm.submit("alice", "sleep 300")
-        batch = running_in(slurm, job, uid, 2)  # its batch script and the sleep
+        batch = running_in(slurm, job, uid, SLEEP_300)
         session = ssh_session(v2_adopt_sshd, "alice")  # its shell execs sleep 600
 
         def adopted():

@@ -71,7 +71,8 @@ def test_with_no_slurmd_verify_says_which_file_it_judged(munge, accounts, salt_f
     it, and says no running slurmd confirmed it."""
     base = Path(tmp_path)
     minion = Minion(salt_factories, base / "minion")
-    minion.set_pillar({"epilog": {"slurm_config_dir": str(base / "slurm"), "slurmd_spool_dir": str(base / "spool")}})
+    minion.set_pillar({"epilog": {"localusers": ["root"], "slurm_config_dir": str(base / "slurm"),
+                                  "slurmd_spool_dir": str(base / "spool")}})
     with mount_namespace(fresh=("/etc/slurm",), pid=True) as ns:
         subprocess.run([*ns, "sh", "-c", "echo Epilog=/usr/local/sbin/old > /etc/slurm/slurm.conf"], check=True)
         ret = SaltCall(minion.config_dir)("epilog.verify", prefix=ns)
