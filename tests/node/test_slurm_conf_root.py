@@ -59,7 +59,7 @@ def test_a_root_only_slurm_conf_in_another_namespace_is_judged_and_read_there():
 def _wired(monkeypatch, chain, conf):
     """chain_wired's answer for the chain laid down in CHAIN, with CONF the
     one slurm.conf found (a slurmd's, read through its root)."""
-    monkeypatch.setattr(epilog, "_config", lambda validate=True: (
+    monkeypatch.setattr(epilog, "_config", lambda validate=True, operators_optional=False: (
         {"slurm_config_dir": str(chain)}, {"path": "^/"}, {"releases": {"dir": "epilog-releases"}}))
     monkeypatch.setattr(epilog.slurmd, "_slurm_confs", lambda settings, also=(), running=True: [(conf, "slurmd")])
     return epilog.chain_wired(None)
