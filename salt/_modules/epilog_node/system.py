@@ -589,9 +589,10 @@ def job_of_cgroup(data, uid=None, owners=None):
 def job_cgroup(pid, uid=None):
     """job_of_cgroup() of a live process PID, or None."""
     try:
-        return job_of_text(read_in(None, "/proc/%s/cgroup" % pid, CGROUP_TEXT), uid)
+        data = read_in(None, "/proc/%s/cgroup" % pid, CGROUP_TEXT)
     except OSError:
         return None
+    return job_of_text(data, uid)
 
 
 def job_of_text(data, uid=None):
