@@ -10,7 +10,7 @@ What it does, all in one run:
     with git archive and laid down by its own state);
   * re-runs itself in a private mount namespace with a fresh tmpfs on /tmp
     holding 200 files of other users (an idle node's /tmp; the host's /tmp is
-    never touched);
+    never touched), and a tmpfs on each chain's run_dir, as a node's /run is;
   * per run: the prolog adds the user's allow line, the job leaves a stray
     process and a /tmp file, then epilog.sh is timed from fork to exit in the
     bare environment slurmd gives (no PATH). SLURM_CONF points nowhere, so a
@@ -161,6 +161,10 @@ def make_segments(count):
 def inner(sandbox, runs):
     """Runs inside the private mount namespace."""
     sh("mount", "-t", "tmpfs", "-o", "mode=1777", "bench-tmp", "/tmp")
+    # run_dir (the marks and the users' locks) on a tmpfs, as a node's /run
+    # is (systemd mounts one at every boot); the sandbox is on /var/tmp's disk
+    for run_dir in sorted(sandbox.glob("*/run")):
+        sh("mount", "-t", "tmpfs", "-o", "mode=0700", "bench-run", str(run_dir))
     os.makedirs("/tmp/.X11-unix", mode=0o1777)
     for i in range(200):
         path = Path(f"/tmp/other-{i}")

@@ -115,19 +115,14 @@ def _managed(preview, chain):
 
 def _chain_parts(settings, chain, stage="epilog"):
     """The names of the parts the runner of STAGE runs now, as Run.parts
-    finds them: the current release's own (an executable file of a part's
-    name that layout.yaml lays down) that SETTINGS leave in
-    (registry.not_run: epilog:parts, epilog:ssh_access), and the site's
-    that it admits (runner.site_parts, admit_site_part's rule)."""
-    runner = _node.runner
-    own_dir = os.path.join(chain.current, chain.parts_dirs[stage])
-    site_dir = os.path.join(chain.confdir, chain.parts_dirs[stage])
-    own = [name for name in runner.listed(own_dir) if name in chain.own_names[stage] and runner.run_parts_name(name)
-           and os.path.isfile(os.path.join(own_dir, name)) and os.access(os.path.join(own_dir, name), os.X_OK)
-           and _node.registry.not_run(name, settings) is None]
-    site = [name for name, _, admitted in runner.site_parts(site_dir, chain.formula_names[stage], _trust())
-            if admitted.runs]
-    return sorted(own + site)
+    finds them (runner.chain_parts): the current release's own that
+    SETTINGS leave in (registry.not_run: epilog:parts, epilog:ssh_access),
+    and the site's that it admits."""
+    found = _node.runner.chain_parts(os.path.join(chain.current, chain.parts_dirs[stage]), chain.own_names[stage],
+                                     os.path.join(chain.confdir, chain.parts_dirs[stage]),
+                                     chain.formula_names[stage], _trust())
+    return [name for name, _, own, why in found
+            if why is None and (not own or _node.registry.not_run(name, settings) is None)]
 
 
 def _chain_time_problems(settings, chain, conf_found):

@@ -40,9 +40,8 @@ def _running_slurmds():
     another process since (roots.Root's check)."""
     out, memo = [], _memo()
     for pid in _node.system.pids():
-        try:
-            proc = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
+        proc = _node.system.open_proc(pid)
+        if proc is None:
             continue
         try:
             exe = os.readlink("exe", dir_fd=proc)

@@ -166,9 +166,8 @@ def live_uid(pid, by=None):
     through one descriptor of /proc/PID, so both are the same process's."""
     if int(pid) in (os.getpid(), os.getppid()):
         return None
-    try:
-        fd = os.open("/proc/%d" % int(pid), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except (OSError, ValueError):
+    fd = system.open_proc(pid)
+    if fd is None:
         return None
     try:
         fields = system.status_in(fd)

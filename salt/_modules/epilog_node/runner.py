@@ -116,6 +116,26 @@ def site_parts(site_dir, taken, trust):
     return out
 
 
+def chain_parts(own_dir, own, site_dir, taken, trust):
+    """The parts a chain runs: the release's own in OWN_DIR and the site's
+    in SITE_DIR, merged in name order (bytewise): the release's executable
+    files of its parts' names (OWN), and the site's as admit_site_part
+    admits them (TAKEN: the formula's names, TRUST: system.Trust).
+    [(name, path, own, why not)], WHY NOT the words admit_site_part says
+    (None: it runs). Run.parts and verify's count of the chain's parts."""
+    found = {name: (os.path.join(own_dir, name), True, None) for name in listed(own_dir) if name in own}
+    for name, path, admitted in site_parts(site_dir, taken, trust):
+        found[name] = (path, False, admitted)
+    out = []
+    for name in sorted(found, key=os.fsencode):
+        path, mine, admitted = found[name]
+        if not mine:
+            out.append((name, path, False, admitted.why))
+        elif run_parts_name(name) and os.path.isfile(path) and os.access(path, os.X_OK):
+            out.append((name, path, True, None))
+    return out
+
+
 class Run(worker.Worker):
     """One run of the chain, or of a part on its own, on one release: its
     rules here, the running of its parts in worker.Worker."""
@@ -314,22 +334,8 @@ class Run(worker.Worker):
 
     # -- the parts ----------------------------------------------------------------------
     def parts(self):
-        """The release's own parts and the site's, merged in name order
-        (bytewise): the release's executable files of its parts' names, and
-        the site's as admit_site_part admits them. [(name, path, own, why
-        not)], WHY NOT the words admit_site_part says (None: it runs)."""
-        found = {name: (os.path.join(self.own_dir, name), True, None)
-                 for name in listed(self.own_dir) if name in self.own}
-        for name, path, admitted in site_parts(self.site_dir, self.own + self.retired, self.trust):
-            found[name] = (path, False, admitted)
-        out = []
-        for name in sorted(found, key=os.fsencode):
-            path, own, admitted = found[name]
-            if not own:
-                out.append((name, path, False, admitted.why))
-            elif run_parts_name(name) and os.path.isfile(path) and os.access(path, os.X_OK):
-                out.append((name, path, True, None))
-        return out
+        """chain_parts() of this run's release and site."""
+        return chain_parts(self.own_dir, self.own, self.site_dir, self.own + self.retired, self.trust)
 
     def elapsed(self):
         return time.monotonic() - self.t0

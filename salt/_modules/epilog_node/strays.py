@@ -98,9 +98,9 @@ def processes(me, now, live=None):
     """{uid: [Process]} of the live processes here by their real uid: not
     root's, not a kill slot's (a part 40 acting), not this one's. Each
     costs three small reads that never wait on the process (status, stat,
-    cgroup): its command line is never read (that read waits on the
-    process's memory map, which a process stuck on a hung file system
-    holds), so its command is its name. LIVE (a set, when given) gets the
+    cgroup), through one descriptor of its /proc/PID: its command line is
+    never read (that read waits on the process's memory map, which a
+    process stuck on a hung file system holds), so its command is its name. LIVE (a set, when given) gets the
     jobs (system.job_of_cgroup()) whose cgroup holds a slurmstepd of
     root's (real uid 0, named so by the file root ran): Slurm's slurmstepd
     of each step sits in its job's (under cgroup/v2 in step_<n>/slurm); no
@@ -113,41 +113,29 @@ def processes(me, now, live=None):
     for pid in system.pids():
         if int(pid) == me:
             continue
-        fields = system.status(pid)
-        if not system.alive(fields):
+        # status, stat and cgroup read through one /proc/PID descriptor: all
+        # three are the same process's, whatever its pid names meanwhile (a
+        # user's process that ends and a pid handed out again)
+        proc = system.open_proc(pid)
+        if proc is None:
             continue
-        uids = system.uids_of(fields)
-        if uids and uids[0] == 0 and live is not None and fields.get("Name") == "slurmstepd":
-            job = _stepd_job(pid)  # read again, status and cgroup of one process
-            if job is not None and job[0] != "unknown":
-                live.add(job)
-        if not uids or uids[0] == 0 or uids[0] in slots:
-            continue
-        age = age_of(system.stat_text(pid), boot, ticks, now) if boot is not None else None
-        out.setdefault(uids[0], []).append(Process(int(pid), system.show(fields.get("Name", "?")), age,
-                                                   system.job_cgroup(pid, uids[0])))
+        try:
+            fields = system.status_in(proc)
+            if not system.alive(fields):
+                continue
+            uids = system.uids_of(fields)
+            if uids and uids[0] == 0 and live is not None and fields.get("Name") == "slurmstepd":
+                job = system.job_cgroup(pid, proc=proc)
+                if job is not None and job[0] != "unknown":
+                    live.add(job)
+            if not uids or uids[0] == 0 or uids[0] in slots:
+                continue
+            age = age_of(system.stat_text(pid, proc), boot, ticks, now) if boot is not None else None
+            out.setdefault(uids[0], []).append(Process(int(pid), system.show(fields.get("Name", "?")), age,
+                                                       system.job_cgroup(pid, uids[0], proc)))
+        finally:
+            os.close(proc)
     return out
-
-
-def _stepd_job(pid):
-    """system.job_of_cgroup() of PID when it is a slurmstepd of root's (real uid
-    0, the name the kernel took from the file root ran), else None: its
-    status and its cgroup read through one /proc/PID descriptor, so both
-    are of the same process, whatever its pid names meanwhile."""
-    try:
-        proc = os.open("/proc/%s" % pid, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        fields = system.status_in(proc)
-        uids = system.uids_of(fields) if fields else None
-        if not uids or uids[0] != 0 or fields.get("Name") != "slurmstepd":
-            return None
-        return system.job_of_text(system.read_in(proc, "cgroup", system.CGROUP_TEXT))
-    except OSError:
-        return None
-    finally:
-        os.close(proc)
 
 
 def account(uid):

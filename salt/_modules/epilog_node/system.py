@@ -358,6 +358,17 @@ def status(pid):
     return _fields(data)
 
 
+def open_proc(pid):
+    """A descriptor of /proc/PID (the caller closes it), or None when there
+    is no such process: what status_in() and read_in() read through it is
+    that process's, whatever its pid names later (a read after it ended
+    fails)."""
+    try:
+        return os.open("/proc/%s" % pid, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+
+
 def read_in(directory_fd, name, limit):
     """Up to LIMIT bytes of the file NAME in the directory DIRECTORY_FD
     (a /proc/PID: the same process's, whatever its pid names later; None:
@@ -458,11 +469,11 @@ def alive(fields):
     return state not in ("Z", "X") or threads > 1
 
 
-def stat_text(pid):
+def stat_text(pid, proc=None):
     """The text of /proc/PID/stat (its first 4096 bytes), or b"" when there
-    is no such process."""
+    is no such process; read through PROC (open_proc()) when given."""
     try:
-        return read_file("/proc/%s/stat" % pid, 4096)
+        return read_in(proc, "stat", 4096) if proc is not None else read_file("/proc/%s/stat" % pid, 4096)
     except OSError:
         return b""
 
@@ -586,10 +597,12 @@ def job_of_cgroup(data, uid=None, owners=None):
     return found
 
 
-def job_cgroup(pid, uid=None):
-    """job_of_cgroup() of a live process PID, or None."""
+def job_cgroup(pid, uid=None, proc=None):
+    """job_of_cgroup() of a live process PID, or None; read through PROC,
+    its /proc/PID descriptor (open_proc()), when given."""
     try:
-        data = read_in(None, "/proc/%s/cgroup" % pid, CGROUP_TEXT)
+        data = read_in(proc, "cgroup", CGROUP_TEXT) if proc is not None else \
+            read_in(None, "/proc/%s/cgroup" % pid, CGROUP_TEXT)
     except OSError:
         return None
     return job_of_text(data, uid)
