@@ -5,6 +5,7 @@ job end's imports themselves, on the system python3 a node runs."""
 import ast
 import json
 import math
+import os
 import re
 import subprocess
 
@@ -117,3 +118,30 @@ def test_nothing_below_the_runner_imports_it_or_its_worker():
         assert not imports(name) & {"runner", "strays"}, name
     assert not imports("worker") & {"evidence", "slurm", "record", "metrics", "reader"}
     assert not imports("record") & {"metrics", "reader"} and "reader" not in imports("metrics")
+
+
+def test_what_is_read_through_a_process_descriptor_is_that_process_or_nothing():
+    """strays.processes reads a process's status, stat and cgroup through
+    one descriptor of its /proc/PID (system.open_proc): once that process
+    has ended, every read through it fails, so none of them can be of a
+    process that took its pid since. Its zombie reads as not alive."""
+    child = subprocess.Popen(["sleep", "60"])
+    proc = system.open_proc(child.pid)
+    try:
+        assert proc is not None
+        assert system.alive(system.status_in(proc))
+        assert system.stat_text(child.pid, proc).startswith(b"%d (sleep) " % child.pid)
+        child.kill()
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # a zombie now, not reaped
+        zombie = system.status_in(proc)
+        assert zombie is not None and not system.alive(zombie)
+        child.wait()
+        assert system.status_in(proc) is None
+        assert system.stat_text(child.pid, proc) == b""
+        assert system.job_cgroup(child.pid, proc=proc) is None
+    finally:
+        if proc is not None:
+            os.close(proc)
+        child.kill()
+        child.wait()
+    assert system.open_proc("no-such-pid") is None
