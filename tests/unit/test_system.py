@@ -3,6 +3,7 @@ little (system.py): JSON through json's C layer, fields() for namedtuple,
 guard.name_chars for a regex; each held to what it stands in for. And the
 job end's imports themselves, on the system python3 a node runs."""
 import ast
+import errno
 import json
 import math
 import os
@@ -145,3 +146,28 @@ def test_what_is_read_through_a_process_descriptor_is_that_process_or_nothing():
         child.kill()
         child.wait()
     assert system.open_proc("no-such-pid") is None
+
+
+def test_a_process_look_that_cannot_be_taken_is_an_error_never_no_process():
+    """With no descriptor left (EMFILE), open_proc raises: only a process
+    that is gone (ENOENT, ESRCH) reads as None, so a failed look is never
+    taken for "no such process" (ipc.live_uid would call an object unused)."""
+    import resource  # pylint: disable=import-outside-toplevel
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held = []
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+        with pytest.raises(OSError) as caught:
+            while True:
+                held.append(os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        assert caught.value.errno == errno.EMFILE
+        os.close(held.pop())
+        held.append(os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))  # none left again
+        with pytest.raises(OSError) as caught:
+            system.open_proc(os.getpid())
+        assert caught.value.errno == errno.EMFILE not in system.GONE
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

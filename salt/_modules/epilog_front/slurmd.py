@@ -40,7 +40,10 @@ def _running_slurmds():
     another process since (roots.Root's check)."""
     out, memo = [], _memo()
     for pid in _node.system.pids():
-        proc = _node.system.open_proc(pid)
+        try:
+            proc = _node.system.open_proc(pid)
+        except OSError:
+            continue
         if proc is None:
             continue
         try:

@@ -163,7 +163,9 @@ def live_uid(pid, by=None):
     None too when it started more than SLACK after BY (a pid handed out
     again since, not the process that used an object then), or is this
     process or its parent (the chain's own). Its status and stat are read
-    through one descriptor of /proc/PID, so both are the same process's."""
+    through one descriptor of /proc/PID, so both are the same process's.
+    OSError when they cannot be read and the process is not known to be
+    gone (system.open_proc): the object is then not judged unused."""
     if int(pid) in (os.getpid(), os.getppid()):
         return None
     fd = system.open_proc(pid)
@@ -177,8 +179,10 @@ def live_uid(pid, by=None):
             start = system.started(system.read_in(fd, "stat", 4096))
             if start is not None and start > by + SLACK:
                 return None
-    except OSError:
-        return None
+    except OSError as exc:
+        if exc.errno in system.GONE:
+            return None
+        raise
     finally:
         os.close(fd)
     uids = system.uids_of(fields)

@@ -346,27 +346,28 @@ def status(pid):
     # os.open, not open(): a kill scans every process, twice (python's file
     # objects cost as much as the kernel's read)
     try:
-        fd = os.open("/proc/%s/status" % pid, os.O_RDONLY | os.O_CLOEXEC)
+        return _fields(read_in(None, "/proc/%s/status" % pid, 8192))
     except OSError:
         return None
-    try:
-        data = os.read(fd, 8192)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return _fields(data)
+
+
+# errnos that say a process read is gone, not that the read failed (EMFILE,
+# ENOMEM, EACCES): only these may be taken for "no such process"
+GONE = (errno.ENOENT, errno.ESRCH)
 
 
 def open_proc(pid):
     """A descriptor of /proc/PID (the caller closes it), or None when there
     is no such process: what status_in() and read_in() read through it is
     that process's, whatever its pid names later (a read after it ended
-    fails)."""
+    fails). OSError on any other failure: a look that could not be taken
+    never reads as no process."""
     try:
         return os.open("/proc/%s" % pid, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except (OSError, ValueError):
-        return None
+    except OSError as exc:
+        if exc.errno in GONE:
+            return None
+        raise
 
 
 def read_in(directory_fd, name, limit):
@@ -398,11 +399,14 @@ def entries_in(directory_fd, wanted, limit=None):
 
 def status_in(proc_fd):
     """status() of the process whose /proc/PID directory PROC_FD is, or
-    None when it has ended."""
+    None when it has ended; OSError when the read fails otherwise
+    (open_proc)."""
     try:
         return _fields(read_in(proc_fd, "status", 8192))
-    except OSError:
-        return None
+    except OSError as exc:
+        if exc.errno in GONE:
+            return None
+        raise
 
 
 def _fields(data):
