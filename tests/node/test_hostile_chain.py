@@ -310,11 +310,16 @@ def test_an_old_mark_without_a_slurmstepd_is_never_a_licence_to_kill(chain, alic
 
 def test_jobs_of_the_user_ending_together_leave_nothing_behind(chain, alice_cleanup):
     """Promise 1 and 3: alice's jobs 7 and 8 end at once, and a site part
-    before 39 holds the first epilog (and so alice's lock) for 12 s, longer
-    than the other waits for it. Each epilog marks its own job as ended
-    before it waits: the one that decides sees the other's mark so, answers
-    "no", and kills; the other answers "unknown" and leaves it to the first."""
-    slow = add_part(chain, "30-site-slow", "sleep 12")
+    before 39 holds the epilog that answered "no" (and so alice's lock)
+    until the other has decided too. Each epilog marks its own job as
+    ended before it waits: the one that decides sees the other's mark so,
+    answers "no", and kills; the other gives up waiting for the lock
+    (10 s), answers "unknown" and leaves it to the first. (When one decides
+    before the other has marked its job, it answers "yes" and the other
+    "no".) The site part waits for a file the test makes once both have
+    decided; its part_timeout, 12 s, is its bound."""
+    release = chain.conf_dir.parent / "release-30-site-slow"
+    slow = add_part(chain, "30-site-slow", f"until [ -e {release} ]; do sleep 0.05; done")
     victim = stray(ALICE)
     try:
         for job in (7, 8):
@@ -323,12 +328,17 @@ def test_jobs_of_the_user_ending_together_leave_nothing_behind(chain, alice_clea
         procs = [subprocess.Popen([*chain.prefix, str(chain.conf_dir / "epilog.sh")],
                                   env=slurmd_env(ALICE, job=job, SLURM_CONF="/nonexistent/slurm.conf"))
                  for job in (7, 8)]
+        wait_for(lambda: chain.log_text()[mark:].count("start; other jobs of this user on this node: ") == 2, 60,
+                 what="both epilogs to decide (the one that waits for alice's lock gives up after 10 s)")
+        release.touch()
         assert [p.wait(timeout=120) for p in procs] == [0, 0]
         log = chain.log_text()[mark:]
         assert "other jobs of this user on this node: no" in log, log
         assert "killed the processes of uid" in log, log
+        assert "30-site-slow exited 124" not in log, log
         assert process_uids(victim.pid) is None
     finally:
+        release.unlink(missing_ok=True)
         end(victim)
         slow.unlink()
         for job in (7, 8):
