@@ -43,6 +43,14 @@ def state(pid):
         return None
 
 
+def forks():
+    """The forks since the boot (/proc/stat's processes): the last pid
+    (/proc/loadavg's) wraps at pid_max (32768 here), which a fork loop
+    reaches within seconds."""
+    return next(int(row.split()[1]) for row in Path("/proc/stat").read_text().splitlines()
+                if row.startswith("processes "))
+
+
 def test_one_kill_of_all_leaves_a_fork_loop_no_survivor(chain, cbin, accounts):
     """Part 40's own kill, bound to one round: a single kill(-1, SIGKILL)
     from its sender. After it no signal is sent, and the fork loop dies out
@@ -51,9 +59,8 @@ def test_one_kill_of_all_leaves_a_fork_loop_no_survivor(chain, cbin, accounts):
         loop, line = hostile(ALICE, str(cbin / "fighter"), "forkloop", reaper=cbin / "fighter")
         assert line == "ready"
         # its pid moves at every fork: a scan of /proc may miss it, never its fork count
-        before = wait_for(lambda: int(Path("/proc/loadavg").read_text().split()[4]), 5, what="the last pid")
-        wait_for(lambda: int(Path("/proc/loadavg").read_text().split()[4]) > before + 100, 10,
-                 what="the fork loop to fork")
+        before = forks()
+        wait_for(lambda: forks() > before + 100, 10, what="the fork loop to fork")
         code = ("import sys; sys.path.insert(0, sys.argv[1]); from epilog_node import kill; "
                 "k = kill.kill_uid(int(sys.argv[2]), 'alice', rounds_max=1); print(k.outcome, k.rounds)")
         ret = subprocess.run(["/usr/bin/python3", "-I", "-B", "-c", code, str(chain.release), str(uid_of(ALICE))],
@@ -135,9 +142,8 @@ def test_a_fork_loop_that_leaves_its_group_dies_while_her_setuid_program_runs_fo
     loop, line = hostile(ALICE, str(cbin / "fighter"), "setsidloop", reaper=cbin / "fighter")
     try:
         assert line == "ready"
-        before = wait_for(lambda: int(Path("/proc/loadavg").read_text().split()[4]), 5, what="the last pid")
-        wait_for(lambda: int(Path("/proc/loadavg").read_text().split()[4]) > before + 100, 10,
-                 what="the fork loop to fork")
+        before = forks()
+        wait_for(lambda: forks() > before + 100, 10, what="the fork loop to fork")
         mark = len(chain.log_text())
         ret = chain.run_part("40-lastuserjob-processes", slurmd_env(ALICE))
         assert ret.returncode == 0, ret

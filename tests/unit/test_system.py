@@ -8,7 +8,10 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -171,3 +174,44 @@ def test_a_process_look_that_cannot_be_taken_is_an_error_never_no_process():
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_slurmstepd_that_cannot_be_read_is_no_evidence_of_none():
+    """The job end's look for root's slurmstepds (NodeFacts.stepds): a
+    process named slurmstepd whose status cannot be read for want of a
+    descriptor makes the look unreadable (2), never "no slurmstepd" (1),
+    which lets a job end answer "no other job" and kill."""
+    import resource  # pylint: disable=import-outside-toplevel
+    import types  # pylint: disable=import-outside-toplevel
+
+    evidence = node("evidence")
+    # not root's (nobody's when the tier runs as root): a job end beside
+    # this one never sees a slurmstepd of root's made by the tests
+    home = Path(tempfile.mkdtemp(prefix="epilog-fake-stepd-", dir="/var/tmp"))
+    home.chmod(0o755)
+    stepd = home / "slurmstepd"
+    stepd.write_bytes(Path("/bin/sleep").read_bytes())
+    stepd.chmod(0o755)
+    child = subprocess.Popen([str(stepd), "60"], user=65534 if os.geteuid() == 0 else None)
+    run = types.SimpleNamespace(settings={"run_dir": str(home), "slurmd_spool_dir": str(home)},
+                                env={"SLURMD_NODENAME": "n01"}, marks_trusted=False, trust=system.Trust(),
+                                slurm=types.SimpleNamespace(real_stepd=lambda pid, proc=None: False))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held = []
+    try:
+        facts = evidence.NodeFacts(run, False, 0)
+        assert facts.stepds("7")[0] in (0, 1)  # with descriptors: read (0: the machine's own Slurm runs one)
+        facts = evidence.NodeFacts(run, False, 0)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+        with pytest.raises(OSError):
+            while True:
+                held.append(os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        os.close(held.pop())  # one left: /proc is listed and each comm read, no more
+        assert facts.stepds("7")[0] == 2
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        child.kill()
+        child.wait()
+        shutil.rmtree(home)

@@ -263,7 +263,8 @@ class NodeFacts:
 
     def stepds(self, job):
         """(found, {pid: job}): found is 0 when root runs any process named
-        slurmstepd, 1 when none, 2 when /proc cannot be read; then root's
+        slurmstepd, 1 when none, 2 when /proc, or a process named
+        slurmstepd there, cannot be read (not gone: unreadable); then root's
         real slurmstepd processes of other jobs than JOB, each with its job
         id as its title says ("slurmstepd: [123.extern]")."""
         if job in self._stepds:
@@ -274,22 +275,34 @@ class NodeFacts:
         except OSError:
             pids, found = [], 2
         for pid in pids:
-            fields = None
             try:
-                with open("/proc/%s/comm" % pid, "rb") as handle:
-                    if handle.read(64).rstrip(b"\n") != b"slurmstepd":
-                        continue
-            except OSError:
+                if system.read_in(None, "/proc/%s/comm" % pid, 64).rstrip(b"\n") != b"slurmstepd":
+                    continue
+                # one named so: its status, title and executable read through
+                # one descriptor of its /proc/PID, all three that process's
+                proc = system.open_proc(pid)
+            except OSError as exc:
+                if exc.errno in system.GONE:
+                    continue
+                found = 2  # a look that could not be taken: never "no slurmstepd"
                 continue
-            fields = system.status(pid)
-            uids = system.uids_of(fields)
-            if not uids or uids[0] != 0:
+            if proc is None:
                 continue
-            found = 0
-            title = system.cmdline(pid, 256).replace(b"\0", b" ").decode("ascii", "replace")
-            jid = title.split("[", 1)[1].split(".", 1)[0] if "[" in title else title
-            if jid != job and self.slurm.real_stepd(int(pid)):
-                out[int(pid)] = jid
+            try:
+                uids = system.uids_of(system.status_in(proc))
+                if not uids or uids[0] != 0:
+                    continue
+                if found != 2:
+                    found = 0
+                title = system.read_in(proc, "cmdline", 256).replace(b"\0", b" ").decode("ascii", "replace")
+                jid = title.split("[", 1)[1].split(".", 1)[0] if "[" in title else title
+                if jid != job and self.slurm.real_stepd(int(pid), proc):
+                    out[int(pid)] = jid
+            except OSError as exc:
+                if exc.errno not in system.GONE:
+                    found = 2
+            finally:
+                os.close(proc)
         self._stepds[job] = (found, out)
         return found, out
 

@@ -60,15 +60,18 @@ class Slurm:
             self._tools[name] = found
         return self._tools[name]
 
-    def real_stepd(self, pid):
+    def real_stepd(self, pid, proc=None):
         """Is PID root's real slurmstepd? A user can name a process anything
         and parent their own processes to it; only root's own process running
         the slurmstepd binary counts (a zombie has no executable, and never
-        counts)."""
+        counts). PROC: its /proc/PID descriptor (system.open_proc), read
+        through when given."""
         stepd = self.tool("slurmstepd")
         if not stepd:
             return False
         try:
+            if proc is not None:
+                return os.fstat(proc).st_uid == 0 and os.path.samestat(os.stat("exe", dir_fd=proc), os.stat(stepd))
             if os.lstat("/proc/%d" % pid).st_uid != 0:
                 return False
             return os.path.samestat(os.stat("/proc/%d/exe" % pid), os.stat(stepd))
