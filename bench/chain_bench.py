@@ -163,7 +163,9 @@ def inner(sandbox, runs):
     sh("mount", "-t", "tmpfs", "-o", "mode=1777", "bench-tmp", "/tmp")
     # run_dir (the marks and the users' locks) on a tmpfs, as a node's /run
     # is (systemd mounts one at every boot); the sandbox is on /var/tmp's disk
-    for run_dir in sorted(sandbox.glob("*/run")):
+    for name in ("ours", "ours-metrics", "bash-chain"):
+        run_dir = sandbox / name / "run"
+        run_dir.mkdir(mode=0o700, exist_ok=True)
         sh("mount", "-t", "tmpfs", "-o", "mode=0700", "bench-run", str(run_dir))
     os.makedirs("/tmp/.X11-unix", mode=0o1777)
     for i in range(200):

@@ -65,13 +65,19 @@ class Slurm:
         and parent their own processes to it; only root's own process running
         the slurmstepd binary counts (a zombie has no executable, and never
         counts). PROC: its /proc/PID descriptor (system.open_proc), read
-        through when given."""
+        through when given; then OSError when it cannot be read and has not
+        ended (a zombie's executable reads as gone)."""
         stepd = self.tool("slurmstepd")
         if not stepd:
             return False
-        try:
-            if proc is not None:
+        if proc is not None:
+            try:
                 return os.fstat(proc).st_uid == 0 and os.path.samestat(os.stat("exe", dir_fd=proc), os.stat(stepd))
+            except OSError as exc:
+                if exc.errno in system.GONE:
+                    return False
+                raise  # unreadable, not gone: the caller's look is unreadable
+        try:
             if os.lstat("/proc/%d" % pid).st_uid != 0:
                 return False
             return os.path.samestat(os.stat("/proc/%d/exe" % pid), os.stat(stepd))
