@@ -3,8 +3,8 @@
  *   fighter snipe [N] watch /proc/sys/kernel/ns_last_pid and SIGKILL every
  *                     new pid near it: whatever the epilog forks next, if it
  *                     runs as this user (the old part 40's kill -1 did), dies
- *                     before it can act. With N, N snipers (forked first, so
- *                     they spare each other).
+ *                     before it can act. With N, N snipers (forked first;
+ *                     none kills another of its process group).
  *   fighter forkloop  fork in a tight loop; each child carries on and the
  *                     parent exits, so the pid keeps moving.
  *   fighter setsidloop  as forkloop, but each generation first leaves its
@@ -72,8 +72,11 @@ static int snipe(int snipers)
             continue;
         buf[n] = '\0';
         int last = atoi(buf);
+        /* never a fellow sniper (the same process group): one that killed
+         * the first before it printed "ready" would leave the reader of its
+         * pipe waiting for ever */
         for (int pid = last - 2; pid <= last + 8; pid++)
-            if (pid > 1 && pid != getpid())
+            if (pid > 1 && pid != getpid() && getpgid(pid) != getpgrp())
                 kill(pid, SIGKILL);
     }
 }
