@@ -29,6 +29,35 @@ from tests.helpers import (
 from tests.node.conftest import add_part
 
 
+def test_the_worker_ends_with_the_formulas_last_part_and_is_reaped(own_chain, tmp_path):
+    """The runner tells its worker that the formula's last part (45) is its
+    last, and the worker ends with it: a site part after it (99) finds no
+    live worker beside it among the runner's children (one that ended and is
+    not reaped yet is a zombie: gone, and noted), and once the chain is over
+    the runner has reaped it (PID 1 here never would)."""
+    c = own_chain()
+    seen = tmp_path / "seen"
+    add_part(c, "99-looks-at-the-runner", f"""
+for _ in $(seq 1 300); do
+    live=""; ended=""
+    for kid in $(cat /proc/$PPID/task/$PPID/children); do
+        [ "$kid" = "$$" ] && continue
+        state=$(sed 's/.*) //' /proc/$kid/stat 2>/dev/null | cut -d' ' -f1)
+        if [ "$state" = Z ]; then ended="$ended $kid"; elif [ -n "$state" ]; then live="$live $kid"; fi
+    done
+    if [ -z "$live" ]; then echo "gone$ended" > {seen}; exit 0; fi
+    sleep 0.01
+done
+echo "still:$live" > {seen}
+""")
+    ret = c.run(c.conf_dir / "epilog.sh", slurmd_env("je.kim"))
+    assert ret.returncode == 0, ret
+    said = seen.read_text().split()
+    assert said[:1] == ["gone"], (said, c.log_text())
+    for pid in said[1:]:
+        assert not Path(f"/proc/{pid}").exists(), f"worker {pid} left unreaped"
+
+
 def test_runner_runs_parts_in_ascending_order_and_only_run_parts_names(own_chain, tmp_path):
     c = own_chain()
     trail = tmp_path / "trail"

@@ -106,11 +106,11 @@ def test_prolog_50_grants_exactly_where_the_epilog_acts(tmp_path, monkeypatch, u
     nothing and says why in one line and the record's fact. The node's
     facts (the account database, login.defs) are the table's; the edit of
     the file itself is the node tier's (it is recorded here, not made)."""
-    allow, system = node("allow"), node("system")
+    allow = node("allow")
     accounts = dict(ACCOUNTS, **EDGES)
     monkeypatch.setattr(guard, "resolve", accounts.get)
     monkeypatch.setattr(guard, "name_of", own_names(accounts).get)
-    monkeypatch.setattr(system, "login_defs", lambda: DEFS)
+    monkeypatch.setattr(guard, "login_defs", lambda: DEFS)
     path = tmp_path / "localusers.backup"
     if listing is not None:
         path.write_bytes(listing)
@@ -147,11 +147,11 @@ def test_prolog_50_grants_no_alias_the_guard_acts_for(tmp_path, monkeypatch):
     name@REALM look-ups) is acted for by check(), but is not the line part
     39 removes at a job end (slurmd passes the account's own name), nor one
     verify takes for the account's (guard.judge_names): never granted."""
-    allow, system = node("allow"), node("system")
+    allow = node("allow")
     accounts = {"root": 0, "alice": 50101, "Alice": 50101, "alice@REALM": 50101}
     monkeypatch.setattr(guard, "resolve", accounts.get)
     monkeypatch.setattr(guard, "name_of", {50101: "alice"}.get)
-    monkeypatch.setattr(system, "login_defs", lambda: DEFS)
+    monkeypatch.setattr(guard, "login_defs", lambda: DEFS)
     path = tmp_path / "localusers.backup"
     path.write_bytes(b"root\n")
     verdict_of = guard.judge_names(str(path), RULES_CHARS)
@@ -205,8 +205,27 @@ def test_the_verdict_says_what_explain_and_the_record_show():
     (b"# UID_MIN 1\n  UID_MIN\t500\nUID_MIN 700\n", (500, 60000)),
     (b"UID_MINX 5\nUID_MIN x\n", (1000, 60000)),
     (b"", (1000, 60000)),
+    (b"UID_MAX 5000", (1000, 5000)),  # the last line, unended
+    (b"# UID_MIN 1 UID_MIN 2\nUID_MIN\nUID_MIN 3 UID_MAX 9\r\nUID_MAX\t7", (3, 7)),
 ])
 def test_login_defs_first_value_of_each_counts(tmp_path, text, defs):
     path = tmp_path / "login.defs"
     path.write_bytes(text)
-    assert node("system").login_defs(str(path)) == defs
+    assert node("guard").login_defs(str(path)) == defs
+
+
+def test_a_login_defs_that_cannot_be_read_is_a_lookup_error_and_none_is_debians(tmp_path):
+    """login.defs absent: Debian's values (shadow's own defaults). There and
+    unreadable (here a directory: EISDIR, as EMFILE or EIO would be): never
+    Debian's values, which would take a site's service accounts (UID_MIN
+    5000, say) for users to act for; the guard says unknown and does
+    nothing, and a listed user is still spared."""
+    assert guard.login_defs(str(tmp_path / "absent")) == (1000, 60000)
+    with pytest.raises(OSError):
+        guard.login_defs(str(tmp_path))
+    ident = guard.identity("alice", "50101", {"alice": 50101}.get, RULES_CHARS)
+    error = IsADirectoryError(errno.EISDIR, "Is a directory")
+    verdict = guard.decide(ident, "alice", b"root\n", "/etc/slurm/localusers.backup", {"root": 0}.get, error)
+    assert (verdict.answer, verdict.listed) == ("unknown", "lookup error") and "login.defs" in verdict.why
+    listed = guard.decide(ident, "alice", b"alice\n", "/etc/slurm/localusers.backup", {"alice": 50101}.get, error)
+    assert listed.answer == "spare"

@@ -203,3 +203,31 @@ def test_the_holders_between_jobs_are_the_creators():
     # the uid prefilter is a substring test: a uid that is only part of another column is no match
     assert ipc.rows(SHM + shm(1, BOB, BOB, 0, size=501010), ALICE) == []
     assert [row["shmid"] for row in ipc.rows(SHM + shm(1, BOB, ALICE, 0) + shm(2, BOB, BOB, 0), ALICE)] == [1]
+
+
+def test_a_last_user_that_cannot_be_read_stops_the_look_and_what_went_before_is_told(monkeypatch):
+    """ipc.clean: a process that last used an object and cannot be read
+    (live_uid raises: not gone, unreadable; tests/unit/test_system.py makes
+    a real EMFILE) judges nothing more and removes nothing more, and the
+    objects let go before it are in the fact, with why the look stopped,
+    and in part 42's line."""
+    import errno  # pylint: disable=import-outside-toplevel
+    import time  # pylint: disable=import-outside-toplevel
+
+    tables = {"shm": ipc.rows(SHM + shm(1, ALICE, ALICE, 0)), "sem": [],
+              "msg": ipc.rows(MSG + msg(3, ALICE, ALICE, lspid=100) + msg(4, ALICE, ALICE))}
+    asked = []
+
+    def unreadable(pid, by=None):
+        asked.append(pid)
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    fact = ipc.clean(ALICE, time.monotonic() + 60, test=True, read=tables.get, live=unreadable)
+    assert fact["removed"] == {"shm": 1, "sem": 0, "msg": 0} and fact["bytes"] == 4 << 20
+    assert asked == [100] and "Too many open files" in fact["unreadable"]
+    lines = []
+    ctx = type("Ctx", (), {"settings": {"mode": "observe"}, "deadline": time.monotonic() + 60,
+                           "fact": lambda self, key, value: None, "log": lambda self, *line: lines.append(line)})()
+    monkeypatch.setattr(ipc, "clean", lambda uid, deadline, test=False: fact)
+    node("parts").clean_ipc(ctx, ALICE)
+    assert lines[0][0] == "warning" and "1 segment(s)" in lines[0][1] and "stopped: a process" in lines[0][1]

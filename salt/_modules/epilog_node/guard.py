@@ -126,7 +126,7 @@ def decide(ident, user, listing, list_path, resolve_name, defs):
     """IDENT: identity()'s verdict; USER: the job's user name; LISTING: the
     list's bytes, or the OSError reading it failed with; LIST_PATH: its path
     (for the sentence); RESOLVE_NAME: name -> uid or None (NSS); DEFS:
-    (UID_MIN, UID_MAX)."""
+    (UID_MIN, UID_MAX), or the OSError reading login.defs failed with."""
     if not ident.ok:
         return Verdict("unknown", None, "%s; the user is unknown, doing nothing" % ident.why, "warning",
                        "unknown user", False)
@@ -147,6 +147,10 @@ def decide(ident, user, listing, list_path, resolve_name, defs):
         if uid == ident.uid:
             return Verdict("spare", None, "uid %d is the uid of %s, listed in %s; doing nothing"
                            % (ident.uid, system.show(name), list_path), "info", "listed", False)
+    if isinstance(defs, Exception):
+        return Verdict("unknown", None, "login.defs cannot be read (%s): whether uid %d is a system account is "
+                       "unknown; doing nothing" % (getattr(defs, "strerror", None) or defs, ident.uid), "warning",
+                       "lookup error", False)
     uid_min, uid_max = defs
     if system_uid(ident.uid, defs):
         return Verdict("spare", None, "not listed, but uid %d is root or a system account (UID_MIN=%d, UID_MAX=%d); "
@@ -161,7 +165,16 @@ def check(ident, user, list_path):
     lastuserjob parts) go by, and the grant (prolog 50) too (grant())."""
     if not ident.ok:
         return decide(ident, user or "", b"", list_path, resolve, (0, 0))
-    return decide(ident, user, read_list(list_path), list_path, resolve, system.login_defs())
+    return decide(ident, user, read_list(list_path), list_path, resolve, read_defs())
+
+
+def read_defs():
+    """login_defs(), or the OSError reading it failed with (decide():
+    unknown)."""
+    try:
+        return login_defs()
+    except OSError as exc:
+        return exc
 
 
 
@@ -170,7 +183,7 @@ def judge_names(list_path, account_chars):
     would pass it (the uid NAME resolves to here as SLURM_JOB_UID; none when
     it does not), for many names: the list and login.defs read once, each
     name looked up once. What epilog.verify judges the allow file's lines by."""
-    listing, defs, uids = read_list(list_path), system.login_defs(), {}
+    listing, defs, uids = read_list(list_path), read_defs(), {}
 
     def lookup(name):
         if name not in uids:
@@ -213,3 +226,30 @@ def name_of(uid):
         return pwd.getpwuid(uid).pw_name
     except (KeyError, ValueError, OverflowError):
         return None
+
+
+def login_defs(path="/etc/login.defs"):
+    """(UID_MIN, UID_MAX) of the account database: Debian's 1000 and 60000
+    unless login.defs says otherwise (the first line of each counts), or
+    where there is no login.defs. OSError when it is there and cannot be
+    read: a site's own values (UID_MIN 5000: its service accounts below)
+    are never taken for Debian's. Only the lines that hold a key are split:
+    every job end's guard reads it."""
+    found, text = {}, b""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            text = os.read(fd, 1 << 20)
+        finally:
+            os.close(fd)
+    except FileNotFoundError:
+        pass
+    for key in (b"UID_MIN", b"UID_MAX"):
+        at = text.find(key)
+        while at >= 0 and key not in found:
+            end = text.find(b"\n", at) % (len(text) + 1)  # -1: the last line, unended
+            fields = text[text.rfind(b"\n", 0, at) + 1:end].split()
+            if len(fields) >= 2 and fields[0] == key and system.digits(fields[1].decode("ascii", "replace")):
+                found[key] = int(fields[1])
+            at = text.find(key, end)
+    return found.get(b"UID_MIN", 1000), found.get(b"UID_MAX", 60000)

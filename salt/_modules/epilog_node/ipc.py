@@ -355,31 +355,38 @@ def judge_all(uid, read=read_rows, live=live_uid, pids=sem_pids, deadline=None):
     return out, left
 
 
-def clean(uid, deadline, test=False):
+def clean(uid, deadline, test=False, read=read_rows, live=live_uid):
     """Remove UID's objects that decide() lets go, until DEADLINE (a
     time.monotonic()); TEST: judge them the same and remove none. The fact
     for the record: {removed: {kind: n}, bytes, kept: {reason: n}, left:
     those judged or removed by no DEADLINE}, and would: true under TEST
-    (what would have gone)."""
+    (what would have gone); unreadable: why the look ended early, when a last
+    user could not be read (LIVE raised: not gone, unreadable), after which
+    nothing more is judged or removed (what went before is counted).
+    READ: the rows of a kind (read_rows)."""
     fact = {"removed": dict.fromkeys(KINDS, 0), "bytes": 0, "kept": {}, "left": 0}
     if test:
         fact["would"] = True
-    for verdict in judged(uid, live=cached(live_uid), deadline=deadline):
-        if verdict is None:
-            fact["left"] += 1
-            continue
-        if verdict.action == "keep":
-            fact["kept"][verdict.reason] = fact["kept"].get(verdict.reason, 0) + 1
-            continue
-        if test:
-            done, why = True, ""
-        else:
-            done, why = remove(verdict, live_uid, verdict.nsems, deadline)
-        if done:
-            fact["removed"][verdict.kind] += 1
-            fact["bytes"] += verdict.bytes
-        elif why == LATE:
-            fact["left"] += 1
-        elif why != "gone":
-            fact["kept"][why] = fact["kept"].get(why, 0) + 1
+    try:
+        for verdict in judged(uid, read=read, live=cached(live), deadline=deadline):
+            if verdict is None:
+                fact["left"] += 1
+                continue
+            if verdict.action == "keep":
+                fact["kept"][verdict.reason] = fact["kept"].get(verdict.reason, 0) + 1
+                continue
+            if test:
+                done, why = True, ""
+            else:
+                done, why = remove(verdict, live, verdict.nsems, deadline)
+            if done:
+                fact["removed"][verdict.kind] += 1
+                fact["bytes"] += verdict.bytes
+            elif why == LATE:
+                fact["left"] += 1
+            elif why != "gone":
+                fact["kept"][why] = fact["kept"].get(why, 0) + 1
+    except OSError as exc:
+        fact["unreadable"] = "a process that last used one of them could not be read (%s): the rest stay" % (
+            exc.strerror or exc)
     return fact

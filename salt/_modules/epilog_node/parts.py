@@ -150,13 +150,14 @@ def clean_ipc(ctx, uid):
     ctx.fact("ipc", fact)
     removed = fact["removed"]
     kept = sum(fact["kept"].values())
-    if sum(removed.values()) or kept or fact["left"]:
-        ctx.log("warning" if fact["left"] else "info",
+    if sum(removed.values()) or kept or fact["left"] or fact.get("unreadable"):
+        ctx.log("warning" if fact["left"] or fact.get("unreadable") else "info",
                 "System V IPC of uid %d: %s %d segment(s) (%d bytes), %d semaphore set(s), %d queue(s); kept "
-                "%d%s%s" % (uid, "would remove (observe mode)" if fact.get("would") else "removed", removed["shm"],
-                            fact["bytes"], removed["sem"], removed["msg"], kept,
-                            " (%s)" % "; ".join("%s: %d" % item for item in sorted(fact["kept"].items())) if kept
-                            else "", "; %d left for want of time" % fact["left"] if fact["left"] else ""))
+                "%d%s%s%s" % (uid, "would remove (observe mode)" if fact.get("would") else "removed", removed["shm"],
+                              fact["bytes"], removed["sem"], removed["msg"], kept,
+                              " (%s)" % "; ".join("%s: %d" % item for item in sorted(fact["kept"].items())) if kept
+                              else "", "; %d left for want of time" % fact["left"] if fact["left"] else "",
+                              "; stopped: %s" % fact["unreadable"] if fact.get("unreadable") else ""))
 
 
 # -- 45: the residue sweep --------------------------------------------------------
@@ -200,15 +201,23 @@ def action(name):
     return getattr(getattr(__import__("", globals(), None, (room,), 1), room), function)
 
 
-def warm(settings):
-    """What parts 42 and 45 import only when they run, imported ahead by a
-    worker that waits for them (the runner forks it while 40 runs)."""
+def warm(settings, names):
+    """What the parts NAMES import only when they run (the room of each
+    one's action; 42's System V IPC while epilog:ipc_cleanup is on),
+    imported ahead by a worker that waits for them: the runner's first
+    worker once the evidence says the job was the user's last (39's and
+    40's, while the runner asks the guard), the one forked while 40 runs
+    (the parts after it)."""
     # pylint: disable=import-outside-toplevel,unused-import
-    try:
-        if settings.get("ipc_cleanup", True):
-            from . import ipc  # noqa: F401
-    except ImportError:
-        pass  # the part says why when it runs
+    for name in names:
+        try:
+            room = registry.BY_NAME[name].action[0]
+            if room != "parts":
+                __import__("", globals(), None, (room,), 1)
+            if name == registry.IPC_PART and settings.get("ipc_cleanup", True):
+                from . import ipc  # noqa: F401
+        except (ImportError, KeyError):
+            pass  # the part says why when it runs
 
 
 # -- the brake -----------------------------------------------------------------------

@@ -25,7 +25,7 @@ import stat
 import sys
 import time
 
-from . import budget, evidence, guard, metrics, parts, record, registry, slurm, system, worker
+from . import budget, evidence, guard, parts, record, registry, slurm, system, worker
 from . import log as logs
 from .context import Context
 
@@ -272,6 +272,8 @@ class Run(worker.Worker):
             if self.other.answer != "no" and lock is not None:
                 os.close(lock)
                 lock = None
+            if self.other.answer == "no":
+                self.warm(self.worker_parts())
         if self.other.answer == "unknown":
             self.log.warning("start; other jobs of this user on this node: unknown (%s); skipping the lastuserjob "
                              "parts" % self.other.why)
@@ -279,6 +281,19 @@ class Run(worker.Worker):
             self.log.info("start; other jobs of this user on this node: %s (%s)" % (self.other.answer,
                                                                                      self.other.why))
         return lock, locked_at
+
+    def worker_parts(self):
+        """The formula's lastuserjob parts of this stage these settings run,
+        in order, up to the one that ends its worker: what the worker,
+        forked first, runs once the job was the user's last."""
+        names = []
+        for part in registry.PARTS:
+            if part.stage == self.stage and registry.lastuserjob(part.name) and not registry.not_run(part.name,
+                                                                                                     self.settings):
+                names.append(part.name)
+                if part.ends_worker:
+                    break
+        return names
 
     def ask_guard(self):
         """The localusers guard, once per job end: every lastuserjob part
@@ -426,7 +441,7 @@ class Run(worker.Worker):
             try:
                 if own:
                     rc, facts = self.run_own(name, left, act_uid, [lock] if lock is not None else [],
-                                             more=own_after > 0)
+                                             more=own_after > 0, last=own_after == 0)
                 else:
                     rc, facts = self.run_site(path, left), {}
             except worker.NoFork as exc:
@@ -497,6 +512,8 @@ class Run(worker.Worker):
                            job=self.job, user=self.user, uid=self.env.get("SLURM_JOB_UID"), **job_end)
         record.write(self.trust, settings["record_file"], settings["record_max_kb"] * 1024, rec)
         if settings.get("metrics_file") and self.elapsed() < settings["chain_timeout"] - 3:
+            from . import metrics  # pylint: disable=import-outside-toplevel - a node without the textfile never needs it
+
             metrics.update_metrics(self.trust, settings["metrics_file"], rec)
         self.records.append(rec)
 

@@ -163,7 +163,7 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0, i
     run_.prepare_marks()
     settings = run_.settings
     deadline = time.monotonic() + settings["chain_timeout"]
-    defs = system.login_defs()
+    defs = guard.login_defs()
     live = set()
     found = processes(os.getpid(), now, live)
     ipc_on = settings.get("ipc_cleanup", True)
@@ -353,7 +353,8 @@ def _decide(run_, facts, uid, name, procs, test, live):
 
 
 def _add_ipc(total, fact):
-    """ipc.clean's FACT added into TOTAL."""
+    """ipc.clean's FACT added into TOTAL (unreadable: why the first look a
+    process that could not be read stopped ended)."""
     if not isinstance(fact, dict):
         return
     for kind, n in fact.get("removed", {}).items():
@@ -362,6 +363,8 @@ def _add_ipc(total, fact):
         total["kept"][why] = total["kept"].get(why, 0) + n
     total["bytes"] += fact.get("bytes", 0)
     total["left"] += fact.get("left", 0)
+    if fact.get("unreadable"):
+        total.setdefault("unreadable", fact["unreadable"])
 
 
 def _kill(run_, uid, name, held, deadline, processes=True, ipc_test=False):
@@ -410,6 +413,8 @@ def _kill(run_, uid, name, held, deadline, processes=True, ipc_test=False):
 
             facts["ipc"] = ipc.clean(uid, until, test=ipc_test)
             removed = facts["ipc"]["removed"]
+            if facts["ipc"].get("unreadable"):
+                run_.log.warning("strays: the System V IPC objects of uid %d: %s" % (uid, facts["ipc"]["unreadable"]))
             if sum(removed.values()):
                 run_.log.info("strays: %s the System V IPC objects of uid %d: %d segment(s) (%d bytes), %d "
                               "semaphore set(s), %d queue(s)" % ("would remove (not removed: observe mode, or "
@@ -442,7 +447,8 @@ def _record(run_, report, removed_ipc):
               "saved_only": u["kill"].get("saved_only", 0) if isinstance(u.get("kill"), dict) else 0}
              for u in report["users"][:RECORD_USERS]]
     ran = [record.part_ran("epilog.strays", 0, report["ms"], {"ipc": removed_ipc})] \
-        if sum(removed_ipc["removed"].values()) or removed_ipc["kept"] or removed_ipc["left"] else []
+        if sum(removed_ipc["removed"].values()) or removed_ipc["kept"] or removed_ipc["left"] \
+        or removed_ipc.get("unreadable") else []
     rec = record.build("strays", node=report["node"], release=run_.release, start=run_.start, ms=report["ms"],
                        warnings=run_.log.warnings, parts=ran, mode=report["mode"], stopped=report.get("stopped"),
                        stop_ignored=report.get("stop_ignored"), off=report["off"], source=report["source"],

@@ -682,19 +682,3 @@ def cgroup_owners(names):
         finally:
             os.close(fd)
     return None
-
-
-def login_defs(path="/etc/login.defs"):
-    """(UID_MIN, UID_MAX) of the account database: Debian's 1000 and 60000
-    unless login.defs says otherwise."""
-    found = {}
-    try:
-        with open(path, "rb") as handle:
-            text = handle.read(1 << 20)
-    except OSError:
-        text = b""
-    for line in text.split(b"\n"):
-        fields = line.split()
-        if len(fields) >= 2 and fields[0] in (b"UID_MIN", b"UID_MAX") and digits(fields[1].decode("ascii", "replace")):
-            found.setdefault(fields[0], int(fields[1]))  # the first line of each counts
-    return found.get(b"UID_MIN", 1000), found.get(b"UID_MAX", 60000)

@@ -172,7 +172,7 @@ class Worker:
         self._worker_fds = set()  # the runner's ends of the worker's pipes
         self._groups = os.getgroups()  # a worker's, and the runner's after a part in it, to be checked
 
-    def run_own(self, name, seconds, act_uid, close, more=False):
+    def run_own(self, name, seconds, act_uid, close, more=False, last=False):
         """Run the formula's part NAME in the worker (started for it when
         there is none), for at most SECONDS: then the worker's group gets
         SIGTERM, and SIGKILL 2 s later, and the next part gets a new worker.
@@ -181,6 +181,8 @@ class Worker:
         before it began the part (killed while it waited) is replaced, once.
         MORE: the formula has parts after this one; when NAME ends its
         worker (40), the next worker is forked while NAME runs, not after.
+        LAST: no part of the formula's runs after NAME; the worker is told
+        so, and ends with it.
         When no worker can be forked, NAME runs in the runner itself if it
         can (run_here), else NoFork is raised.
         (exit status, 124 when it timed out; facts)."""
@@ -188,6 +190,8 @@ class Worker:
         identity = None if self.identity is None else list(self.identity)
         command = (system.dumps([name, deadline - 1, act_uid, identity]) + "\n").encode("ascii")
         for _ in range(2):
+            if self._worker is not None and self._worker[1] is None:
+                self._end_worker()  # it was told it had its last part
             if self._worker is None:
                 # the patience a kill in the runner earned is spent on the next fork alone
                 patience, self._fork_patience = min(self._fork_patience, seconds / 2), 0.0
@@ -203,6 +207,8 @@ class Worker:
             except OSError:  # its end of the pipe is closed: it is gone
                 self._end_worker(reap=True)
                 continue
+            if last:
+                self._no_more_commands()
             if more and name in registry.ENDS_WORKER and self._spare is None:
                 # ready on another CPU by the time NAME is done (it is
                 # root's alone, in a group of its own: NAME's kill, sent
@@ -210,7 +216,10 @@ class Worker:
                 # refused now (the user's processes still hold the node's
                 # pids or memory) leaves the next part to fork its own
                 try:
-                    self._spare = self._start_worker(close, warm=True)
+                    later = [part.name for part in registry.PARTS[registry.NAMES.index(name) + 1:]
+                             if part.stage == registry.BY_NAME[name].stage
+                             and not registry.not_run(part.name, self.settings)]
+                    self._spare = self._start_worker(close, warm=later)
                 except OSError:
                     self._spare = None
             result = self._follow(name, deadline)
@@ -306,14 +315,34 @@ class Worker:
         pid, commands, replies = self._worker
         self._worker, self._spare = self._spare, None
         for fd in (commands, replies):
-            os.close(fd)
-            self._worker_fds.discard(fd)
+            if fd is not None:
+                os.close(fd)
+                self._worker_fds.discard(fd)
         if kill:
             self._signal_group(pid, signal.SIGKILL)
         if reap:
             return self._reap(pid)
         self._ending.append(pid)
         return None
+
+    def warm(self, names):
+        """The worker, while it waits, imports what the parts NAMES import
+        only when they run (parts.warm); no answer, and nothing when there
+        is no worker (the part that needs one forks it)."""
+        if self._worker is not None and self._worker[1] is not None and names:
+            try:
+                os.write(self._worker[1], (system.dumps(["warm", list(names)]) + "\n").encode("ascii"))
+            except OSError:
+                pass  # it is gone: the next part finds out
+
+    def _no_more_commands(self):
+        """The worker's command pipe closed once it has its last part (no
+        part of the formula's comes after it): it ends as soon as that part
+        is done, while the runner writes the record, not after."""
+        pid, commands, replies = self._worker
+        os.close(commands)
+        self._worker_fds.discard(commands)
+        self._worker = (pid, None, replies)
 
     def stop_worker(self):
         """The end of the worker (and of a spare no part took), once the
@@ -347,16 +376,16 @@ class Worker:
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
 
-    def _start_worker(self, close, warm=False):
+    def _start_worker(self, close, warm=()):
         """The process the formula's parts run in, one after another (a
         fork: no exec, no interpreter start): in a process group of its own
         (a timeout ends it as a whole), with nothing of the runner's open but
         its two pipes (CLOSE: the user's lock). It runs no part after one
         that changed its credentials (ENDS_WORKER: 40's kill acts as the
         user, who may renice it meanwhile) or left it anything but wholly
-        root. WARM: it imports what the later parts import only when they
-        run, before it waits for its first command. (pid, the command pipe's
-        write end, the reply pipe's read end)."""
+        root. WARM: the parts whose imports it makes before it waits for
+        its first command (parts.warm). (pid, the command pipe's write end,
+        the reply pipe's read end)."""
         command_read, command_write = os.pipe()
         reply_read, reply_write = os.pipe()
         try:
@@ -372,12 +401,12 @@ class Worker:
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 for fd in {command_write, reply_read, *close, *self._wakeup_fds, *self._worker_fds}:
                     os.close(fd)
+                self._wakeup, self._wakeup_fds = None, ()  # the runner's: a worker waits on no child's SIGCHLD
                 os.setpgid(0, 0)
                 null = os.open("/dev/null", os.O_RDWR)
                 for fd in (0, 1, 2):
                     os.dup2(null, fd)
-                if warm:
-                    parts.warm(self.settings)
+                parts.warm(self.settings, warm)
                 self._serve(command_read, reply_write)
                 code = 0
             finally:
@@ -393,8 +422,8 @@ class Worker:
 
     def _serve(self, commands, replies):
         """The worker's loop: a part per command line, [name, deadline,
-        uid, the job's identity], until the runner closes the pipe, or a
-        part leaves it unfit for another."""
+        uid, the job's identity] (or ["warm", names]: warm()), until the
+        runner closes the pipe, or a part leaves it unfit for another."""
         def send(*message):
             try:
                 os.write(replies, (system.dumps(message) + "\n").encode("ascii"))
@@ -409,7 +438,11 @@ class Worker:
                     return
                 pending += data
             raw, pending = pending.split(b"\n", 1)
-            name, deadline, act_uid, identity = system.loads(raw.decode("ascii"))
+            command = system.loads(raw.decode("ascii"))
+            if command[0] == "warm":
+                parts.warm(self.settings, command[1])
+                continue
+            name, deadline, act_uid, identity = command
             send("begin", "", name)
             self.identity = None if identity is None else guard.Identity(*identity)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -456,8 +489,7 @@ class Worker:
         except OSError:
             pass
 
-    @staticmethod
-    def _reap(pid, seconds=1.0):
+    def _reap(self, pid, seconds=1.0):
         """PID's exit status once it has gone, waited for at most SECONDS
         (it was sent SIGKILL): a process that SIGKILL cannot end (one in an
         uninterruptible wait, on a FUSE daemon that never answers or a hung
@@ -471,10 +503,23 @@ class Worker:
                 return 0
             if done:
                 return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
-            if time.monotonic() >= until:
+            left = until - time.monotonic()
+            if left <= 0:
                 return None
-            time.sleep(pause)
+            self._nap(left, pause)
             pause = min(pause * 2, 0.05)
+
+    def _nap(self, left, pause):
+        """Wait for a child's end: until SIGCHLD (set_wakeup_fd:
+        _listen_for_children) or 50 ms, or without it PAUSE; LEFT at most."""
+        if self._wakeup is not None:
+            if select.select([self._wakeup], [], [], min(left, 0.05))[0]:
+                try:
+                    os.read(self._wakeup, 1 << 16)
+                except OSError:
+                    pass
+        else:
+            time.sleep(min(left, pause))
 
     def run_site(self, path, seconds):
         """Exec the site's part PATH in a process group of its own, with
@@ -539,24 +584,18 @@ class Worker:
                 self._signal_group(pid, signal.SIGTERM)
                 timed_out, deadline, pause = True, time.monotonic() + 2, 0.0005
                 continue
-            # woken by SIGCHLD (set_wakeup_fd), or at the next pause
-            if self._wakeup is not None:
-                if select.select([self._wakeup], [], [], min(left, 0.05))[0]:
-                    try:
-                        os.read(self._wakeup, 512)
-                    except OSError:
-                        pass
-            else:
-                time.sleep(min(left, pause))
-                pause = min(pause * 2, 0.02)
+            self._nap(left, pause)
+            pause = min(pause * 2, 0.02)
 
     def _listen_for_children(self):
-        """SIGCHLD wakes the waits for site parts at once."""
+        """SIGCHLD wakes the waits for site parts and workers at once (one
+        blocked by whoever started the runner is unblocked)."""
         try:
             read_end, write_end = os.pipe()
             os.set_blocking(write_end, False)
             signal.signal(signal.SIGCHLD, lambda signum, frame: None)
             signal.set_wakeup_fd(write_end)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
             self._wakeup, self._wakeup_fds = read_end, (read_end, write_end)
         except (OSError, ValueError):
             self._wakeup = None
