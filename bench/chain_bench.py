@@ -18,7 +18,7 @@ What it does, all in one run:
   * baselines in the same run, interleaved run by run with ours: the
     parts sites commonly run (grep -w guard, killall -9 -u, sed -i "/$user/d",
     find -user -exec rm) run in a run-parts loop with logger calls, as sites
-    run them today (the bar: ours at or below it); the bash chain before the
+    run them today (the bar: ours at or below 0.8x of it); the bash chain before the
     node program; ours with the metrics textfile on; the process floors
     (bash -c : and /usr/bin/python3 -ISB -c pass);
   * then, in the same run and IPC namespace of its own, 4,000 System V
@@ -142,6 +142,8 @@ def lay_down(sandbox, name, tree=None, **extra):
 
 
 SEGMENTS = 4000
+# the bar: the ordinary job end at this fraction of the sites' common parts, or below
+BAR = 0.8
 
 
 def make_segments(count):
@@ -299,8 +301,9 @@ def main():
                     ("sites' common parts (the bar)", seed), ("bash -c : (process floor)", result["bash_floor"]),
                     ("python3 -ISB -c pass (python's floor)", result["python_floor"])):
         print(f"  {name:40} {s['median_ms']:>7.2f}ms {s['p90_ms']:>7.2f}ms {s['min_ms']:>7.2f}ms")
-    print(f"  ours/seed {ours['median_ms'] / seed['median_ms']:.2f}x (bar: at or below 1.00x: "
-          f"{'met' if ours['median_ms'] <= seed['median_ms'] else 'NOT met'}; per-run difference "
+    ratio = ours['median_ms'] / seed['median_ms']
+    print(f"  ours/seed {ratio:.2f}x (at or below 1.00x: {'yes' if ratio <= 1 else 'NO'}; the bar, at or "
+          f"below {BAR:.2f}x: {'met' if ratio <= BAR else 'NOT met'}; per-run difference "
           f"{result['ours_minus_seed_ms']['median_of_differences']:+.2f} ms); "
           f"ours/bash chain {ours['median_ms'] / bash_chain['median_ms']:.2f}x")
     crowded = result["ours_with_segments"]
