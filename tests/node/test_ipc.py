@@ -25,9 +25,15 @@ if kind == "shm":
     libc.shmat.restype = ctypes.c_void_p
     ok = libc.shmat(ident, None, 0o10000) not in (None, ctypes.c_void_p(-1).value)
 elif kind == "sem":
-    # one semop on semaphore argv[3]: its last pid is this process's
-    op = (ctypes.c_short * 3)(int(sys.argv[3]), 1, 0)
-    ok = libc.semop(ident, op, 1) == 0
+    # waits on semaphore argv[3] (its value is 0: a semop that takes 1
+    # blocks), in a thread (ctypes lets go of the GIL); ready once the
+    # kernel counts it among the semaphore's waiters (GETNCNT)
+    import threading
+    n = int(sys.argv[3])
+    threading.Thread(target=libc.semop, args=(ident, (ctypes.c_short * 3)(n, -1, 0), 1), daemon=True).start()
+    while libc.semctl(ident, n, 14) == 0:
+        time.sleep(0.01)
+    ok = libc.semctl(ident, n, 14) == 1
 else:
     buf = ctypes.create_string_buffer(b"\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00x", 9)
     ok = libc.msgsnd(ident, buf, 1, 0o4000) == 0
@@ -99,10 +105,9 @@ def ns(accounts):
 
 
 def test_part_42_removes_alices_objects_that_nobody_else_uses(var_chain, ns):
-    """Her big set (300 semaphores, none used by another) goes, judged by
-    all of them; another big set, whose semaphore #200 alicex's live
-    process used last, stays. The segment she gave root (IPC_SET) goes:
-    she made it."""
+    """Her big set (300 semaphores, none waited on) goes, judged by all of
+    them; another big set, on whose semaphore #200 alicex's live process
+    waits, stays. The segment she gave root (IPC_SET) goes: she made it."""
     chain = var_chain()
     given = ("shm", make(ns, ALICE, "-M", "8192"))
     subprocess.run([*ns, *as_user(ALICE), "/usr/bin/python3", "-c", GIVE, str(given[1])], check=True)
@@ -122,7 +127,8 @@ def test_part_42_removes_alices_objects_that_nobody_else_uses(var_chain, ns):
         assert {attached, queue, used, operators} <= set(left), left
         log = chain.log_text()
         assert (f"System V IPC of uid {uid_of(ALICE)}: removed 2 segment(s) ({(4 << 20) + 8192} bytes), 2 semaphore "
-                f"set(s), 1 queue(s); kept 3 (attached: 1; last used by a live process of another uid: 2)") in log, log
+                f"set(s), 1 queue(s); kept 3 (attached: 1; last used by a live process of another uid: 1; waited on "
+                f"by a live process: 1)") in log, log
     finally:
         for proc in holders:
             proc.kill()
@@ -226,59 +232,60 @@ def test_thousands_of_objects_go_within_the_parts_deadline_in_one_line_and_never
     assert fact["removed"]["shm"] + fact["removed"]["sem"] + fact["removed"]["msg"] > 0, fact
 
 
-def test_a_big_set_used_by_another_uid_since_it_was_judged_is_left_alone(accounts):
+def test_a_big_set_waited_on_since_it_was_judged_is_left_alone(accounts):
     """remove()'s check right before IPC_RMID reads every semaphore again:
-    a set of 300 judged "remove" while nobody used it, then alicex's live
-    process operates on semaphore #200, stays; once that process is gone,
-    the set goes. A check the deadline cuts short says so (left for want
-    of time), and removes nothing. Root's set, in an IPC namespace of the
-    test's own."""
+    a set of 300 judged "remove" while nobody waited on it, then alicex's
+    live process waits on semaphore #200, stays; once that process is
+    gone, the set goes. A check the deadline cuts short says so (left for
+    want of time), and removes nothing. Root's set, in an IPC namespace of
+    the test's own."""
     ipc = node("ipc")
     other = uid_of(OTHER)
 
     def inside():
         import ctypes  # pylint: disable=import-outside-toplevel
         import os  # pylint: disable=import-outside-toplevel
+        import signal  # pylint: disable=import-outside-toplevel
+        import time  # pylint: disable=import-outside-toplevel
 
         libc = ctypes.CDLL(None, use_errno=True)
         ident = libc.semget(0, 300, 0o1666)
         row = next(r for r in ipc.read_rows("sem") if r["semid"] == ident)
-        verdict = ipc.decide("sem", row, 0, ipc.live_uid, ipc.sem_pids(ident, 300))
-        (said, says), (wait, done) = os.pipe(), os.pipe()
+        verdict = ipc.decide("sem", row, 0, ipc.live_uid, ipc.sem_waiting(ident, 300))
         child = os.fork()
-        if child == 0:  # pragma: no cover - the child: alicex's process, semaphore #200, then it waits
+        if child == 0:  # pragma: no cover - the child: alicex's process, waiting on semaphore #200
             try:
                 os.setgid(other)
                 os.setuid(other)
-                ok = libc.semop(ident, (ctypes.c_short * 3)(200, 1, 0), 1) == 0
-                os.write(says, b"y" if ok else b"n")
-                os.read(wait, 1)
+                libc.semop(ident, (ctypes.c_short * 3)(200, -1, 0), 1)
             finally:
                 os._exit(0)
         try:
-            used = os.read(said, 1) == b"y"
-            seen = [verdict.action, used, child in ipc.sem_pids(ident, 300),
-                    ipc.remove(verdict, ipc.live_uid, 300, deadline=0), ipc.remove(verdict, ipc.live_uid, 300)]
+            while libc.semctl(ident, 200, ipc.GETNCNT) == 0:
+                time.sleep(0.01)  # (the event waited for is the kernel counting the waiter)
+            seen = [verdict.action, ipc.sem_waiting(ident, 300), ipc.remove(verdict, ipc.live_uid, 300, deadline=0),
+                    ipc.remove(verdict, ipc.live_uid, 300)]
         finally:
-            os.write(done, b"x")
+            os.kill(child, signal.SIGKILL)
             os.waitpid(child, 0)
         seen.append(ipc.remove(verdict, ipc.live_uid, 300))
         return seen
 
     assert in_namespaces(inside, pid=False, ipc=True) == [
-        "remove", True, True, (False, ipc.LATE), (False, "used by a live process of another uid since it was judged"),
-        (True, "")]
+        "remove", True, (False, ipc.LATE), (False, "waited on since it was judged"), (True, "")]
 
 
-def test_a_pid_handed_out_again_after_a_sets_last_use_does_not_keep_it(accounts):
-    """A pid is a number the kernel hands out again. Alicex's process
-    operates on semaphore #1 of root's set and ends; once the clock has
-    passed that use (and the slack), another process of hers is given the
-    same pid (ns_last_pid, in a pid namespace of the test's own: the kernel's
-    own way to ask for a pid, as a fork loop that sweeps every pid gets it).
-    The live process at the set's last pid began after the last use: not
-    its user, and the set goes; the process that did use it, alive, keeps
-    it. In an IPC namespace of the test's own."""
+def test_a_sets_last_pids_and_times_keep_it_for_nobody(accounts):
+    """A set's last pids are numbers the kernel hands out again, and its
+    times are its creator's to move: neither keeps it. Root's set (its
+    creator, as the user is at her job end): a process of the creator's
+    sets semaphore #1 (its last pid is that process's) and ends; a live
+    process of alicex's is then given the same pid (ns_last_pid, in a pid
+    namespace of the test's own: the kernel's own way to ask for a pid, as
+    a fork loop that sweeps every pid gets it), and the creator moves the
+    set's change time past that process's start with an IPC_SET that
+    changes nothing. The set goes; while a process waits on it, it stays.
+    In an IPC namespace of the test's own."""
     ipc = node("ipc")
     other = uid_of(OTHER)
 
@@ -289,41 +296,53 @@ def test_a_pid_handed_out_again_after_a_sets_last_use_does_not_keep_it(accounts)
 
         libc = ctypes.CDLL(None, use_errno=True)
         ident = libc.semget(0, 2, 0o1666)
+        recorder = os.fork()
+        if recorder == 0:  # pragma: no cover - the child: SETVAL, and its pid is semaphore #1's last
+            os._exit(0 if libc.semctl(ident, 1, 16, 1) == 0 else 1)
+        assert os.waitpid(recorder, 0)[1] == 0 and libc.semctl(ident, 1, 11) == recorder
 
-        def alicex(operate):
-            """A process of alicex's (on semaphore #1 when OPERATE), which
-            waits for a byte: (pid, its pipe's write end)."""
-            (said, says), (wait, done) = os.pipe(), os.pipe()
+        def alicex(wait_on):
+            """A process of alicex's that waits on semaphore #0 when WAIT_ON
+            (else on a pipe): (pid, its pipe's write end)."""
+            wait, done = os.pipe()
             child = os.fork()
             if child == 0:  # pragma: no cover - the child
                 try:
                     os.setgid(other)
                     os.setuid(other)
-                    ok = not operate or libc.semop(ident, (ctypes.c_short * 3)(1, 1, 0), 1) == 0
-                    os.write(says, b"y" if ok else b"n")
-                    os.read(wait, 1)
+                    if wait_on:
+                        libc.semop(ident, (ctypes.c_short * 3)(0, -1, 0), 1)
+                    else:
+                        os.read(wait, 1)
                 finally:
                     os._exit(0)
-            assert os.read(said, 1) == b"y"
             return child, done
 
         def judged():
             row = next(r for r in ipc.read_rows("sem") if r["semid"] == ident)
-            return ipc.decide("sem", row, 0, ipc.live_uid, ipc.sem_pids(ident, 2)).action
+            return ipc.decide("sem", row, 0, ipc.live_uid, ipc.sem_waiting(ident, 2)).action
 
-        user, done = alicex(True)
-        seen = [judged()]  # the user itself, alive
-        os.write(done, b"x")
-        os.waitpid(user, 0)
-        row = next(r for r in ipc.read_rows("sem") if r["semid"] == ident)
-        while time.time() <= ipc.used_at("sem", row) + ipc.SLACK + 1:
-            time.sleep(0.05)  # (the event waited for is the clock passing the last use)
+        used = next(r for r in ipc.read_rows("sem") if r["semid"] == ident)["ctime"]
+        while time.time() <= used + ipc.SLACK + 1:
+            time.sleep(0.05)  # (the event waited for is the clock passing the set's last use)
         with open("/proc/sys/kernel/ns_last_pid", "w") as handle:
-            handle.write(str(user - 1))
+            handle.write(str(recorder - 1))
         again, done = alicex(False)
-        seen += [again == user, user in ipc.sem_pids(ident, 2), judged()]
+        # her process began after the last use: by the set's own time, not its user
+        seen = [again == recorder, libc.semctl(ident, 1, 11) == again, ipc.live_uid(again, used) is None]
+        buf = ctypes.create_string_buffer(256)
+        assert libc.semctl(ident, 0, 2, buf) == 0 and libc.semctl(ident, 0, 1, buf) == 0  # IPC_STAT, IPC_SET
+        moved = next(r for r in ipc.read_rows("sem") if r["semid"] == ident)["ctime"]
+        # by the time the creator moved, she would be
+        seen += [moved > used, ipc.live_uid(again, moved) == other, judged()]
+        waiter, _ = alicex(True)
+        while libc.semctl(ident, 0, ipc.GETNCNT) == 0:
+            time.sleep(0.01)  # (the event waited for is the kernel counting the waiter)
+        seen.append(judged())
+        os.kill(waiter, 9)
+        os.waitpid(waiter, 0)
         os.write(done, b"x")
         os.waitpid(again, 0)
         return seen
 
-    assert in_namespaces(inside, pid=True, ipc=True) == ["keep", True, True, "remove"]
+    assert in_namespaces(inside, pid=True, ipc=True) == [True, True, True, True, True, "remove", "keep"]

@@ -48,40 +48,39 @@ def msg(ident, uid, cuid, lspid=0, lrpid=0):
     return f"0 {ident} 600 10 1 {lspid} {lrpid} {uid} {uid} {cuid} {cuid} 0 0 1700000000\n"
 
 
-def one(kind, text, pids=()):
+def one(kind, text, waiting=False):
     rows = ipc.rows(text)
     assert len(rows) == 1
-    return ipc.decide(kind, rows[0], ALICE, live, pids)
+    return ipc.decide(kind, rows[0], ALICE, live, waiting)
 
 
-@pytest.mark.parametrize("kind, text, pids, action", [
-    ("shm", SHM + shm(1, ALICE, ALICE, 0), (), "remove"),
-    ("shm", SHM + shm(1, ALICE, ALICE, 2), (), "keep"),
+@pytest.mark.parametrize("kind, text, waiting, action", [
+    ("shm", SHM + shm(1, ALICE, ALICE, 0), False, "remove"),
+    ("shm", SHM + shm(1, ALICE, ALICE, 2), False, "keep"),
     # created by alice, given away (IPC_SET): hers, whoever owns it now (the
     # owner never keeps it, nor makes it another account's)
-    ("shm", SHM + shm(1, BOB, ALICE, 0), (), "remove"),
-    ("shm", SHM + shm(1, 0, ALICE, 0), (), "remove"),
-    ("shm", SHM + shm(1, OPERATOR, ALICE, 0), (), "remove"),
-    ("sem", SEM + sem(2, SYSTEM_HIGH, ALICE), (), "remove"),
+    ("shm", SHM + shm(1, BOB, ALICE, 0), False, "remove"),
+    ("shm", SHM + shm(1, 0, ALICE, 0), False, "remove"),
+    ("shm", SHM + shm(1, OPERATOR, ALICE, 0), False, "remove"),
+    ("sem", SEM + sem(2, SYSTEM_HIGH, ALICE), False, "remove"),
     # created by an operator or root, given to alice: not hers
-    ("shm", SHM + shm(1, ALICE, OPERATOR, 0), (), None),
-    ("msg", MSG + msg(3, ALICE, 0), (), None),
-    ("shm", SHM + shm(1, BOB, BOB, 0), (), None),
-    ("sem", SEM + sem(2, ALICE, ALICE), (), "remove"),
-    ("sem", SEM + sem(2, ALICE, ALICE), (100, 4242), "remove"),  # her own, and a pid that is gone
-    ("sem", SEM + sem(2, ALICE, ALICE), (100, 200), "keep"),  # bob used it last, and lives
-    # bob's process took the pid that last used it after that use: a number
-    # handed out again, not its user
-    ("sem", SEM + sem(2, ALICE, ALICE), (100, 400), "remove"),
-    ("msg", MSG + msg(3, ALICE, ALICE), (), "remove"),
-    ("msg", MSG + msg(3, ALICE, ALICE, lspid=100, lrpid=300), (), "keep"),
-    ("msg", MSG + msg(3, ALICE, ALICE, lspid=4242, lrpid=-1), (), "remove"),
+    ("shm", SHM + shm(1, ALICE, OPERATOR, 0), False, None),
+    ("msg", MSG + msg(3, ALICE, 0), False, None),
+    ("shm", SHM + shm(1, BOB, BOB, 0), False, None),
+    ("sem", SEM + sem(2, ALICE, ALICE), False, "remove"),
+    ("sem", SEM + sem(2, ALICE, ALICE), True, "keep"),  # a live process waits on it
+    ("msg", MSG + msg(3, ALICE, ALICE), False, "remove"),
+    ("msg", MSG + msg(3, ALICE, ALICE, lspid=100, lrpid=300), False, "keep"),
+    ("msg", MSG + msg(3, ALICE, ALICE, lspid=4242, lrpid=-1), False, "remove"),
+    # bob's process took the pid that last sent to it after that send: a
+    # number handed out again, not its user
+    ("msg", MSG + msg(3, ALICE, ALICE, lspid=400), False, "remove"),
 ], ids=["unattached", "attached", "given-to-an-ordinary-account", "given-to-root", "given-to-an-operator",
         "given-to-a-system-account", "created-by-an-operator", "created-by-root", "not-hers", "sem",
-        "sem-own-and-dead-pids", "sem-used-by-another", "sem-pid-taken-after-its-use", "msg",
-        "msg-read-by-an-operator", "msg-dead-pids"])
-def test_each_object_is_judged_by_its_row(kind, text, pids, action):
-    verdict = one(kind, text, pids)
+        "sem-waited-on", "msg", "msg-read-by-an-operator", "msg-dead-pids",
+        "msg-pid-taken-after-its-use"])
+def test_each_object_is_judged_by_its_row(kind, text, waiting, action):
+    verdict = one(kind, text, waiting)
     assert (verdict.action if verdict else None) == action, verdict
     if verdict:
         assert verdict.reason
@@ -101,7 +100,7 @@ def test_a_row_that_is_not_the_kernels_is_no_object(text):
 def test_thousands_of_objects_are_judged_each_once():
     text = SHM + "".join(shm(i, ALICE, ALICE, i % 2) for i in range(4096))
     verdicts, left = ipc.judge_all(ALICE, read=lambda kind: ipc.rows(text) if kind == "shm" else [],
-                                   live=live, pids=lambda ident, n, deadline: [])
+                                   live=live, waiting=lambda ident, n, deadline: False)
     assert left == 0
     assert len(verdicts) == 4096 and sum(v.action == "remove" for v in verdicts) == 2048
     assert all(v.bytes == 4 << 20 for v in verdicts)
@@ -109,7 +108,7 @@ def test_thousands_of_objects_are_judged_each_once():
 
 def test_the_record_and_the_metrics_count_removed_and_kept_by_why():
     fact = {"removed": {"shm": 2, "sem": 1, "msg": 0}, "bytes": 8 << 20,
-            "kept": {"attached": 1, "last used by a live process of another uid": 2,
+            "kept": {"attached": 1, "last used by a live process of another uid": 1, ipc.WAITED_ON: 1,
                      "owned by another account that is never acted for": 1, "changed since it was judged": 1}}
     rec = record.build("epilog", node="n1", job="7", user="alice", uid="50101", release="abc", start=1.8e9, ms=10,
                        parts=[record.part_ran("42-lastuserjob-cleanup", 0, 1, {"cleanup": {"removed": 0, "rc": 0},
@@ -125,45 +124,47 @@ def test_the_record_and_the_metrics_count_removed_and_kept_by_why():
     assert back['epilog_ipc_kept_total{reason="in_use"}'] == 0
 
 
-def test_a_set_whose_last_users_cannot_be_told_is_kept():
+def test_a_set_whose_waiters_cannot_be_told_is_kept():
     row = ipc.rows(SEM + sem(2, ALICE, ALICE))[0]
     assert ipc.decide("sem", row, ALICE, live, None).action == "keep"
 
 
-def test_a_big_set_is_judged_by_every_semaphores_last_pid():
-    """A set of 300 semaphores (more than any first few): each semaphore's
-    last pid counts, #200's too. Bob's live process used #200 last: kept;
-    a pid that is gone there: removed. judge_all asks for all 300."""
+def test_a_sets_last_pids_and_times_are_not_asked():
+    """A set is judged by whether a process waits on it, never by its
+    last pids or times, which its creator moves (an IPC_SET, a semop of
+    her own) and the kernel hands out again: judge_all asks for the
+    waiters of all 300 semaphores, and nothing else; whoever's live
+    process holds a pid like a semaphore's last one, the set goes when
+    nobody waits on it."""
     row = ipc.rows(SEM + sem(2, ALICE, ALICE, nsems=300))[0]
-    by_semaphore = [100] * 300
-    by_semaphore[200] = 200
-    assert ipc.decide("sem", row, ALICE, live, by_semaphore).action == "keep"
-    by_semaphore[200] = 4242
-    assert ipc.decide("sem", row, ALICE, live, by_semaphore).action == "remove"
     asked = []
 
-    def pids(ident, nsems, deadline):
+    def waiting(ident, nsems, deadline):
         asked.append((ident, nsems))
-        return sorted({100, 200})
-    verdicts, left = ipc.judge_all(ALICE, read=lambda kind: [row] if kind == "sem" else [], live=live, pids=pids)
-    assert asked == [(2, 300)] and left == 0 and [v.action for v in verdicts] == ["keep"]
+        return False
+
+    def no_live(pid, by=None):
+        raise AssertionError(f"a set's last pid was asked for: {pid}")
+    verdicts, left = ipc.judge_all(ALICE, read=lambda kind: [row] if kind == "sem" else [], live=no_live,
+                                   waiting=waiting)
+    assert asked == [(2, 300)] and left == 0 and [v.action for v in verdicts] == ["remove"]
 
 
 def test_a_set_not_read_whole_by_the_deadline_is_left_for_want_of_time():
     """Never judged by some of its semaphores: a set whose reading the
     deadline cut is left (counted, judged again later), and the objects
-    after it too; sem_pids says LATE before its first GETPID past it."""
+    after it too; sem_waiting says LATE before its first count past it."""
     rows = ipc.rows(SEM + sem(2, ALICE, ALICE, nsems=32000) + sem(3, ALICE, ALICE))
     verdicts, left = ipc.judge_all(ALICE, read=lambda kind: rows if kind == "sem" else [], live=live,
-                                   pids=lambda ident, nsems, deadline: ipc.LATE if nsems > 2 else [])
+                                   waiting=lambda ident, nsems, deadline: ipc.LATE if nsems > 2 else False)
     assert [v.id for v in verdicts] == [3] and left == 1
-    assert ipc.sem_pids(2, 32000, deadline=0) == ipc.LATE
+    assert ipc.sem_waiting(2, 32000, deadline=0) == ipc.LATE
 
 
 def test_judging_stops_at_its_deadline_and_counts_what_it_left():
     text = SHM + "".join(shm(i, ALICE, ALICE, 0) for i in range(100))
     verdicts, left = ipc.judge_all(ALICE, read=lambda kind: ipc.rows(text) if kind == "shm" else [],
-                                   live=live, pids=lambda ident, n, deadline: [], deadline=0)
+                                   live=live, waiting=lambda ident, n, deadline: False, deadline=0)
     assert verdicts == [] and left == 100
 
 
@@ -181,7 +182,7 @@ def test_a_gift_is_its_creators_at_the_job_end_and_between_jobs_alike():
     def read(kind):
         return ipc.rows(texts[kind])
     assert ipc.holders(read) == {ALICE, OPERATOR, 0}
-    verdicts, left = ipc.judge_all(ALICE, read=read, live=live, pids=lambda ident, n, deadline: [])
+    verdicts, left = ipc.judge_all(ALICE, read=read, live=live, waiting=lambda ident, n, deadline: False)
     assert left == 0 and sorted((v.id, v.action) for v in verdicts) == [(1, "remove"), (2, "remove"),
                                                                           (4, "remove"), (6, "remove")]
 

@@ -105,6 +105,28 @@ def test_a_job_end_imports_none_of_the_heavy_modules():
     assert not loaded & {"epilog_node.allow", "epilog_node.kill", "epilog_node.reach"}
 
 
+def test_a_warm_imports_the_rooms_of_the_parts_the_settings_run_and_no_other():
+    """parts.warm, what a worker imports ahead: each named part's room,
+    but not one of a part the settings leave out (epilog:ssh_access, not
+    listfile: 39 edits no allow file), and 42's IPC only while
+    epilog:ipc_cleanup is on. Its callers name parts by stage and order
+    alone."""
+    def warmed(settings, names):
+        probe = (f"import sys; sys.path.insert(0, {MODULES!r}); from epilog_node import parts; "
+                 f"parts.warm({settings!r}, {names!r}); print(' '.join(sorted(sys.modules)))")
+        return set(subprocess.run(["/usr/bin/python3", "-ISB", "-c", probe], capture_output=True, text=True,
+                                  check=True).stdout.split())
+    first = ["39-lastuserjob-ssh", "40-lastuserjob-processes"]
+    loaded = warmed({}, first)
+    assert {"epilog_node.allow", "epilog_node.kill"} <= loaded
+    loaded = warmed({"ssh_access": "adopt"}, first)
+    assert "epilog_node.kill" in loaded and "epilog_node.allow" not in loaded
+    loaded = warmed({"parts": {"40-lastuserjob-processes": False}, "ssh_access": "none"}, first)
+    assert not loaded & {"epilog_node.allow", "epilog_node.kill"}
+    assert "epilog_node.ipc" in warmed({}, ["42-lastuserjob-cleanup"])
+    assert "epilog_node.ipc" not in warmed({"ipc_cleanup": False}, ["42-lastuserjob-cleanup"])
+
+
 def test_nothing_below_the_runner_imports_it_or_its_worker():
     """The hubs split by audience: the evidence asks the running Slurm
     (slurm.py), the parts get their Context from context.py, and the

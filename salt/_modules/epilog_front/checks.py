@@ -27,8 +27,8 @@ def _ipc_note(settings):
     kernel = (f"kernel.shm_rmid_forced is {forced}: " + ("the kernel destroys a segment once its creator has exited "
               "and nothing is attached, segments only" if forced == "1" else "the kernel leaves every segment"))
     chain = ("at a user's last job end part 42 removes the segments they created (whoever owns them now) with "
-             "nothing attached, and the semaphore sets and message queues they created that no live process of "
-             "another uid used last (epilog:ipc_cleanup)"
+             "nothing attached, the semaphore sets they created that no process waits on, and the message queues "
+             "they created that no live process of another uid used last (epilog:ipc_cleanup)"
              if settings.get("ipc_cleanup", True) else "epilog:ipc_cleanup is off: the chain removes none")
     return f"{kernel}; {chain}"
 

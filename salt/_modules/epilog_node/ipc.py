@@ -13,17 +13,25 @@ account's. The same rule between jobs (holders(): the accounts whose
 objects a look judges are their creators). Of the user's objects:
 
 * a segment stays while any process is attached to it (nattch > 0);
-* a semaphore set or a queue stays while the last process that operated on
-  it (every semaphore's sempid, by GETPID, however many the set has; a
-  queue's lspid, lrpid) is a live process of another uid that started no
-  later than that use (a set's otime or ctime, whichever is later; a
-  queue's stime, rtime): someone else still uses it. A pid is a number the
-  kernel hands out again: a user who had her fork loop's children touch
-  a semaphore each, every free pid in turn, would otherwise hold her sets
-  for as long as any process of anybody's, the chain's own included, took
-  one of those numbers later. A process that began after the last use
-  cannot be the one that used it (the times are whole seconds: SLACK
-  seconds of slack), and neither is this process or its parent;
+* a semaphore set stays while a process waits on one of its semaphores
+  (GETNCNT, GETZCNT: the kernel's count of the live processes blocked in
+  semop on it, every semaphore read, however many the set has), the
+  kernel's own word that someone uses it now: her processes are dead by
+  part 42 (part 40), and no process of hers can make another account's
+  wait. A set's last pids (sempid) are not evidence: each is a number the
+  kernel hands out again, and the set's times (otime, ctime) are the
+  whole set's, which its creator moves when she likes (a semop of her own
+  on another semaphore, an IPC_SET that changes nothing): a user who had
+  her fork loop's children touch a semaphore each, every free pid in
+  turn, would hold her sets for as long as any process of anybody's that
+  took one of those numbers during her job lived;
+* a queue stays while the last process that sent to it or received from
+  it (lspid, lrpid) is a live process of another uid that started no
+  later than that use (stime, rtime: the kernel sets each with its pid,
+  in the same call): someone else still uses it. A process that began
+  after the last use cannot be the one that used it (the times are whole
+  seconds: SLACK seconds of slack), and neither is this process or its
+  parent;
 * a set whose semaphores cannot all be read before the deadline is left
   for want of time (counted as left, and judged again at a later job end
   or between jobs), never judged by some of them;
@@ -31,11 +39,11 @@ objects a look judges are their creators). Of the user's objects:
 
 remove() acts on one verdict: IPC_STAT right before IPC_RMID, and the
 object goes only while its key, owner, creator and change time are still
-the ones judged (and a segment's attach count still 0, a set's or queue's
-last users still no live process of another uid): an id that now names
-something else, or an object changed or used since, is left alone. The
-offsets are those of x86_64 glibc's structures; on another machine nothing
-is removed (each object is kept, and says so).
+the ones judged (and a segment's attach count still 0, no process waiting
+on a set, a queue's last users still no live process of another uid): an
+id that now names something else, or an object changed or used since, is
+left alone. The offsets are those of x86_64 glibc's structures; on another
+machine nothing is removed (each object is kept, and says so).
 """
 import os
 import time
@@ -44,14 +52,17 @@ from . import system
 
 KINDS = ("shm", "sem", "msg")
 PROC = "/proc/sysvipc/"
-# IPC_RMID, IPC_STAT, GETPID
-IPC_RMID, IPC_STAT, GETPID = 0, 2, 11
-# sem_pids() reads every semaphore of a set, however many it has, and looks
-# at the clock (the deadline) before each run of this many
+# IPC_RMID, IPC_STAT, GETNCNT, GETZCNT
+IPC_RMID, IPC_STAT, GETNCNT, GETZCNT = 0, 2, 14, 15
+# sem_waiting() reads every semaphore of a set, however many it has, and
+# looks at the clock (the deadline) before each run of this many
 SEMS_PER_LOOK = 4096
-# what sem_pids() answers, and remove() says, when the deadline came before
-# every semaphore of a set was read: the set is counted as left
+# what sem_waiting() answers, and remove() says, when the deadline came
+# before every semaphore of a set was read: the set is counted as left
 LATE = "left for want of time"
+# why a set stays (decide(), remove())
+WAITED_ON = "waited on by a live process"
+UNTOLD = "whether a process waits on it cannot be told"
 # where the x86_64 glibc structures keep the fields IPC_STAT is checked by
 _KEY, _UID, _CUID = 0, 4, 12
 _CTIME = {"shm": 72, "sem": 64, "msg": 64}
@@ -94,23 +105,21 @@ def rows(text, uid=None):
 SLACK = 2
 
 
-def used_at(kind, row, which="lspid"):
-    """When the last pids of an object were recorded: a set's later of its
-    otime (semop) and ctime (SETVAL, SETALL, IPC_SET); a queue's stime for
-    its lspid, rtime for its lrpid (its ctime when those are 0)."""
-    if kind == "sem":
-        return max(row.get("otime", 0), row.get("ctime", 0))
+def used_at(row, which="lspid"):
+    """When a queue's last pids were recorded: its stime for its lspid,
+    rtime for its lrpid (its ctime when those are 0: none yet, and the pid
+    is 0 too)."""
     return row.get("stime" if which == "lspid" else "rtime", 0) or row.get("ctime", 0)
 
 
-def decide(kind, row, uid, live, last_pids=()):
+def decide(kind, row, uid, live, waiting=False):
     """A Verdict for one object of KIND (shm, sem, msg) whose /proc row is
     ROW, at the end of UID's last job, or None when it is not the user's
     (UID did not create it: whoever owns it now). LIVE(pid, by) -> the real
     uid of a live process PID that started no later than BY (an epoch, the
-    object's last use) and SLACK, or None; LAST_PIDS: the last pids of a semaphore
-    set's semaphores, every one of them (None: they cannot be told, and the
-    set is kept)."""
+    queue's last use) and SLACK, or None; WAITING: whether a process waits
+    on one of a semaphore set's semaphores, every one of them read
+    (sem_waiting; None: it cannot be told, and the set is kept)."""
     ident = row.get("shmid" if kind == "shm" else "semid" if kind == "sem" else "msqid")
     owner, creator = row.get("uid"), row.get("cuid")
     if ident is None or owner is None or creator != uid:
@@ -125,13 +134,16 @@ def decide(kind, row, uid, live, last_pids=()):
         if row.get("nattch", 1) != 0:
             return verdict("keep", "attached")
         return verdict("remove", "unattached")
-    if kind == "sem" and last_pids is None:
-        return verdict("keep", "its semaphores' last users cannot be told")
-    pids = [(pid, used_at(kind, row)) for pid in last_pids] if kind == "sem" else [
-        (row.get(which, 0), used_at(kind, row, which)) for which in ("lspid", "lrpid")]
-    for pid, by in pids:
+    if kind == "sem":
+        if waiting is None:
+            return verdict("keep", UNTOLD)
+        if waiting:
+            return verdict("keep", WAITED_ON)
+        return verdict("remove", "no process waits on it")
+    for which in ("lspid", "lrpid"):
+        pid = row.get(which, 0)
         if pid and pid > 0:
-            holder = live(pid, by)
+            holder = live(pid, used_at(row, which))
             if holder is not None and holder != uid:
                 return verdict("keep", "last used by a live process of another uid")
     return verdict("remove", "no live process of another uid uses it")
@@ -193,43 +205,46 @@ _LIBC = []
 
 
 def _libc():
-    """(ctypes, libc, semctl(int, int, int) for GETPID), loaded once per
-    process (only when an object of the user's is there to look at). The
-    GETPID call is a function object of its own, its argument types set
-    once: a call costs no ctypes object (libc.semctl keeps its variadic
-    calls, IPC_STAT's buffer and IPC_RMID)."""
+    """(ctypes, libc, semctl(int, int, int) for GETNCNT and GETZCNT),
+    loaded once per process (only when an object of the user's is there to
+    look at). The count's call is a function object of its own, its
+    argument types set once: a call costs no ctypes object (libc.semctl
+    keeps its variadic calls, IPC_STAT's buffer and IPC_RMID)."""
     if not _LIBC:
         import ctypes  # pylint: disable=import-outside-toplevel
 
         libc = ctypes.CDLL(None, use_errno=True)
-        getpid = libc["semctl"]  # (a new function object: libc.semctl is untouched)
-        getpid.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int)
-        getpid.restype = ctypes.c_int
-        _LIBC.append((ctypes, libc, getpid))
+        count = libc["semctl"]  # (a new function object: libc.semctl is untouched)
+        count.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int)
+        count.restype = ctypes.c_int
+        _LIBC.append((ctypes, libc, count))
     return _LIBC[0]
 
 
-def sem_pids(ident, nsems, deadline=None):
-    """The distinct last pids of the NSEMS semaphores of set IDENT (0: none
-    yet), every semaphore read (GETPID), however many; None when they
-    cannot be told (no libc, a GETPID that fails: the set is gone); LATE
-    when DEADLINE (a time.monotonic()) came before the last one was read."""
+def sem_waiting(ident, nsems, deadline=None):
+    """Whether a process waits on one of the NSEMS semaphores of set IDENT
+    (GETNCNT: for it to grow, GETZCNT: for it to be zero), every semaphore
+    read, however many, up to the first one waited on; None when it cannot
+    be told (no libc, a count that fails: the set is gone); LATE when
+    DEADLINE (a time.monotonic()) came before the last one was read."""
     if nsems < 0:
         return None
     try:
-        getpid = _libc()[2]
+        count = _libc()[2]
     except (ImportError, OSError):
         return None
-    found = set()
     for start in range(0, nsems, SEMS_PER_LOOK):
         if deadline is not None and time.monotonic() > deadline:
             return LATE
         for n in range(start, min(nsems, start + SEMS_PER_LOOK)):
-            pid = getpid(ident, n, GETPID)
-            if pid < 0:
+            waiters = count(ident, n, GETNCNT)
+            if waiters == 0:
+                waiters = count(ident, n, GETZCNT)
+            if waiters < 0:
                 return None
-            found.add(pid)
-    return sorted(found)
+            if waiters:
+                return True
+    return False
 
 
 def _stat(ctypes, libc, kind, ident):
@@ -247,8 +262,8 @@ def _stat(ctypes, libc, kind, ident):
     def num(offset, size, signed=False):
         return int.from_bytes(raw[offset:offset + size], "little", signed=signed)
 
-    # sem_otime, or a queue's msg_stime and msg_rtime, follow the 48-byte ipc_perm
-    times = {"otime": num(48, 8, True), "stime": num(48, 8, True), "rtime": num(56, 8, True)}
+    # a queue's msg_stime and msg_rtime follow the 48-byte ipc_perm
+    times = {"stime": num(48, 8, True), "rtime": num(56, 8, True)}
     return {"key": num(_KEY, 4, True), "uid": num(_UID, 4), "cuid": num(_CUID, 4),
             "ctime": num(_CTIME[kind], 8, True), "nattch": num(_NATTCH, 8) if kind == "shm" else 0,
             "pids": (num(_LSPID, 4, True), num(_LSPID + 4, 4, True)) if kind == "msg" else (),
@@ -261,10 +276,10 @@ _LSPID = 96
 
 def remove(verdict, live=None, nsems=0, deadline=None):
     """IPC_RMID of a "remove" VERDICT, only while IPC_STAT still finds the
-    object judged, and (LIVE: pid -> real uid of a live process, or None)
-    no live process of another uid has used a set or queue since (NSEMS: a
-    set's semaphores, every one read again before DEADLINE, or LATE):
-    (removed, why not)."""
+    object judged, no process waits on a set (NSEMS: its semaphores, every
+    one read again before DEADLINE, or LATE), and (LIVE: pid -> real uid
+    of a live process, or None) no live process of another uid has used a
+    queue since: (removed, why not)."""
     machine = os.uname().machine
     if machine != "x86_64":
         return False, "not checked on %s" % machine
@@ -281,15 +296,17 @@ def remove(verdict, live=None, nsems=0, deadline=None):
         return False, "changed since it was judged"
     if verdict.kind == "shm" and now["nattch"] != 0:
         return False, "attached since it was judged"
-    if live is not None and verdict.kind != "shm":
-        pids = now["pids"] if verdict.kind == "msg" else sem_pids(verdict.id, nsems, deadline)
-        if pids == LATE:
+    if verdict.kind == "sem":
+        waiting = sem_waiting(verdict.id, nsems, deadline)
+        if waiting == LATE:
             return False, LATE
-        if pids is None:
-            return False, "its semaphores' last users cannot be told"
+        if waiting is None:
+            return False, UNTOLD
+        if waiting:
+            return False, "waited on since it was judged"
+    if live is not None and verdict.kind == "msg":
         used = dict(now["times"], ctime=now["ctime"])
-        pids = [(pid, used_at(verdict.kind, used)) for pid in pids] if verdict.kind == "sem" else [
-            (pids[0], used_at("msg", used, "lspid")), (pids[1], used_at("msg", used, "lrpid"))]
+        pids = [(now["pids"][0], used_at(used, "lspid")), (now["pids"][1], used_at(used, "lrpid"))]
         if any(pid > 0 and live(pid, by) not in (None, verdict.job_uid) for pid, by in pids):
             return False, "used by a live process of another uid since it was judged"
     if verdict.kind == "shm":
@@ -319,7 +336,7 @@ def cached(live):
     return ask
 
 
-def judged(uid, read=read_rows, live=live_uid, pids=sem_pids, deadline=None):
+def judged(uid, read=read_rows, live=live_uid, waiting=sem_waiting, deadline=None):
     """The verdict on each object UID created in the node's IPC namespace,
     one at a time (clean() removes each before it judges the next: a
     deadline that ends the look ends no removal of what it judged), or
@@ -332,22 +349,22 @@ def judged(uid, read=read_rows, live=live_uid, pids=sem_pids, deadline=None):
             if deadline is not None and time.monotonic() > deadline:
                 yield None
                 continue
-            last = ()
+            waited = False
             if kind == "sem":
-                last = pids(row.get("semid", -1), row.get("nsems", 0), deadline)
-                if last == LATE:
+                waited = waiting(row.get("semid", -1), row.get("nsems", 0), deadline)
+                if waited == LATE:
                     yield None
                     continue
-            verdict = decide(kind, row, uid, live, last)
+            verdict = decide(kind, row, uid, live, waited)
             if verdict is not None:
                 yield verdict
 
 
-def judge_all(uid, read=read_rows, live=live_uid, pids=sem_pids, deadline=None):
+def judge_all(uid, read=read_rows, live=live_uid, waiting=sem_waiting, deadline=None):
     """(the verdicts on UID's objects in the node's IPC namespace, how
     many of UID's were left unjudged at DEADLINE, a time.monotonic())."""
     out, left = [], 0
-    for verdict in judged(uid, read, live, pids, deadline):
+    for verdict in judged(uid, read, live, waiting, deadline):
         if verdict is None:
             left += 1
         else:

@@ -32,7 +32,8 @@ KILLED_KINDS = (("strays", "stray"), ("in_job_cgroup", "job_cgroup"), ("in_other
                 ("unclassified", "unclassified"))
 KILLED_METRIC = 'epilog_processes_signalled_total{where="%s"}'
 # Part 42's System V IPC objects: removed by kind, their bytes, and kept by
-# why (attached, in_use: a live process of another uid used it last,
+# why (attached, in_use: a live process waits on a set, or one of another
+# uid used a queue last,
 # other_owner: a record of a release that kept what an operator or a system
 # account owns, whoever created it; other).
 IPC_KINDS = ("shm", "sem", "msg")
@@ -44,7 +45,7 @@ IPC_KEPT_METRIC = 'epilog_ipc_kept_total{reason="%s"}'
 
 def ipc_kept_reason(reason):
     text = str(reason)
-    return ("attached" if text.startswith("attached") else "in_use" if text.startswith("last used")
+    return ("attached" if text.startswith("attached") else "in_use" if text.startswith(("last used", "waited on"))
             else "other_owner" if text.startswith("owned by") else "other")
 
 

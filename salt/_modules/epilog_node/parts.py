@@ -202,14 +202,16 @@ def action(name):
 
 
 def warm(settings, names):
-    """What the parts NAMES import only when they run (the room of each
-    one's action; 42's System V IPC while epilog:ipc_cleanup is on),
-    imported ahead by a worker that waits for them: the runner's first
-    worker once the evidence says the job was the user's last (39's and
-    40's, while the runner asks the guard), the one forked while 40 runs
-    (the parts after it)."""
+    """What the parts NAMES that SETTINGS run (registry.not_run) import
+    only when they run (the room of each one's action; 42's System V IPC
+    while epilog:ipc_cleanup is on), imported ahead by a worker that waits
+    for them: the runner's first worker once the evidence says the job was
+    the user's last (39's and 40's, while the runner asks the guard), the
+    one forked while 40 runs (the parts after it)."""
     # pylint: disable=import-outside-toplevel,unused-import
     for name in names:
+        if registry.not_run(name, settings):
+            continue
         try:
             room = registry.BY_NAME[name].action[0]
             if room != "parts":

@@ -217,8 +217,7 @@ class Worker:
                 # pids or memory) leaves the next part to fork its own
                 try:
                     later = [part.name for part in registry.PARTS[registry.NAMES.index(name) + 1:]
-                             if part.stage == registry.BY_NAME[name].stage
-                             and not registry.not_run(part.name, self.settings)]
+                             if part.stage == registry.BY_NAME[name].stage]
                     self._spare = self._start_worker(close, warm=later)
                 except OSError:
                     self._spare = None
