@@ -30,10 +30,11 @@ elif kind == "sem":
     # kernel counts it among the semaphore's waiters (GETNCNT)
     import threading
     n = int(sys.argv[3])
-    threading.Thread(target=libc.semop, args=(ident, (ctypes.c_short * 3)(n, -1, 0), 1), daemon=True).start()
-    while libc.semctl(ident, n, 14) == 0:
+    waiter = threading.Thread(target=libc.semop, args=(ident, (ctypes.c_short * 3)(n, -1, 0), 1), daemon=True)
+    waiter.start()
+    while waiter.is_alive() and libc.semctl(ident, n, 14) == 0:
         time.sleep(0.01)
-    ok = libc.semctl(ident, n, 14) == 1
+    ok = waiter.is_alive() and libc.semctl(ident, n, 14) == 1
 else:
     buf = ctypes.create_string_buffer(b"\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00x", 9)
     ok = libc.msgsnd(ident, buf, 1, 0o4000) == 0
@@ -262,6 +263,7 @@ def test_a_big_set_waited_on_since_it_was_judged_is_left_alone(accounts):
                 os._exit(0)
         try:
             while libc.semctl(ident, 200, ipc.GETNCNT) == 0:
+                assert os.waitpid(child, os.WNOHANG)[0] == 0, "alicex's process did not wait on #200"
                 time.sleep(0.01)  # (the event waited for is the kernel counting the waiter)
             seen = [verdict.action, ipc.sem_waiting(ident, 300), ipc.remove(verdict, ipc.live_uid, 300, deadline=0),
                     ipc.remove(verdict, ipc.live_uid, 300)]
@@ -302,20 +304,23 @@ def test_a_sets_last_pids_and_times_keep_it_for_nobody(accounts):
         assert os.waitpid(recorder, 0)[1] == 0 and libc.semctl(ident, 1, 11) == recorder
 
         def alicex(wait_on):
-            """A process of alicex's that waits on semaphore #0 when WAIT_ON
-            (else on a pipe): (pid, its pipe's write end)."""
-            wait, done = os.pipe()
+            """A process of alicex's, once it is hers, that waits on
+            semaphore #0 when WAIT_ON (else on a pipe): (pid, its pipe's
+            write end)."""
+            (said, says), (wait, done) = os.pipe(), os.pipe()
             child = os.fork()
             if child == 0:  # pragma: no cover - the child
                 try:
                     os.setgid(other)
                     os.setuid(other)
+                    os.write(says, b"y")
                     if wait_on:
                         libc.semop(ident, (ctypes.c_short * 3)(0, -1, 0), 1)
                     else:
                         os.read(wait, 1)
                 finally:
                     os._exit(0)
+            assert os.read(said, 1) == b"y"
             return child, done
 
         def judged():
@@ -337,6 +342,7 @@ def test_a_sets_last_pids_and_times_keep_it_for_nobody(accounts):
         seen += [moved > used, ipc.live_uid(again, moved) == other, judged()]
         waiter, _ = alicex(True)
         while libc.semctl(ident, 0, ipc.GETNCNT) == 0:
+            assert os.waitpid(waiter, os.WNOHANG)[0] == 0, "alicex's process did not wait on #0"
             time.sleep(0.01)  # (the event waited for is the kernel counting the waiter)
         seen.append(judged())
         os.kill(waiter, 9)

@@ -109,8 +109,8 @@ def test_a_warm_imports_the_rooms_of_the_parts_the_settings_run_and_no_other():
     """parts.warm, what a worker imports ahead: each named part's room,
     but not one of a part the settings leave out (epilog:ssh_access, not
     listfile: 39 edits no allow file), and 42's IPC only while
-    epilog:ipc_cleanup is on. Its callers name parts by stage and order
-    alone."""
+    epilog:ipc_cleanup is on. The spare worker names the parts after its
+    own by stage and order alone."""
     def warmed(settings, names):
         probe = (f"import sys; sys.path.insert(0, {MODULES!r}); from epilog_node import parts; "
                  f"parts.warm({settings!r}, {names!r}); print(' '.join(sorted(sys.modules)))")

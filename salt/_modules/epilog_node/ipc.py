@@ -14,11 +14,15 @@ objects a look judges are their creators). Of the user's objects:
 
 * a segment stays while any process is attached to it (nattch > 0);
 * a semaphore set stays while a process waits on one of its semaphores
-  (GETNCNT, GETZCNT: the kernel's count of the live processes blocked in
-  semop on it, every semaphore read, however many the set has), the
-  kernel's own word that someone uses it now: her processes are dead by
-  part 42 (part 40), and no process of hers can make another account's
-  wait. A set's last pids (sempid) are not evidence: each is a number the
+  (GETNCNT, GETZCNT: the kernel's count of the processes blocked in semop
+  on it now, every semaphore read, however many the set has; a stopped
+  one is not counted, nor one that holds a semaphore without waiting),
+  the kernel's own word that someone uses it now, and one no process of
+  hers can make another account's. At a job end her processes are dead
+  by part 42 (part 40); where they are not (part 40 off or bound, a look
+  between jobs that kills nothing), one of hers that waits keeps the set
+  too: it stays rather than goes. A set's last pids (sempid) are not
+  evidence: each is a number the
   kernel hands out again, and the set's times (otime, ctime) are the
   whole set's, which its creator moves when she likes (a semop of her own
   on another semaphore, an IPC_SET that changes nothing): a user who had

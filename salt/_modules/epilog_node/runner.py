@@ -283,13 +283,13 @@ class Run(worker.Worker):
         return lock, locked_at
 
     def worker_parts(self):
-        """The formula's lastuserjob parts of this stage, in order, up to
-        the one that ends its worker: what the worker, forked first, runs
-        once the job was the user's last (of them, it warms those the
-        settings run: parts.warm)."""
+        """The formula's lastuserjob parts of this stage these settings run,
+        in order, up to the first of them that ends its worker: what the
+        worker, forked first, runs once the job was the user's last."""
         names = []
         for part in registry.PARTS:
-            if part.stage == self.stage and registry.lastuserjob(part.name):
+            if part.stage == self.stage and registry.lastuserjob(part.name) and not registry.not_run(part.name,
+                                                                                                     self.settings):
                 names.append(part.name)
                 if part.ends_worker:
                     break
