@@ -7,13 +7,13 @@ tier's (a real minion beside a real Slurm job)."""
 import fcntl
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import HOST, end, kill_all_of, killed, process_uids, spawn_as, still_running, stray, uid_of, wait_for
+from tests.helpers import HOST, end, kill_all_of, killed, process_uids, require, spawn_as, still_running, stray, uid_of, wait_for
+from tests.unit.conftest import node
 
 PYTHON = "/usr/bin/python3"
 CODE = ("import sys; sys.path.insert(0, sys.argv[1]); from epilog_node import strays; "
@@ -21,10 +21,12 @@ CODE = ("import sys; sys.path.insert(0, sys.argv[1]); from epilog_node import st
 USERS = ("alice", "alicex", "je.kim", "alice.b")
 
 
-def look(chain, kill=False, test=False, source="call", ipc_only=False, prefix=()):
+def look(chain, kill=False, test=False, source="call", ipc_only=False, prefix=(), slurmd_pid=0):
     """The release's strays program, as the epilog module runs it: its
-    report. PREFIX runs it in another context (a mount namespace)."""
-    args = {"kill": kill, "test": test, "source": source, "slurmd_pid": 0, "env": {"SLURMD_NODENAME": HOST},
+    report. PREFIX runs it in another context (a mount namespace);
+    SLURMD_PID, the running slurmd the module found (0: none, and Slurm's
+    tools come from PATH)."""
+    args = {"kill": kill, "test": test, "source": source, "slurmd_pid": slurmd_pid, "env": {"SLURMD_NODENAME": HOST},
             "ipc_only": ipc_only}
     proc = subprocess.run([*prefix, PYTHON, "-ISB", "-c", CODE, str(chain.view(chain.release)), json.dumps(args)],
                           capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
@@ -191,11 +193,19 @@ def test_a_job_directory_slurm_left_behind_shields_no_stray(own_chain, job_dir, 
     directory behind, and she has no job here, so she is a stray (before,
     that one process made her whole account a job for every look). Another
     process of root's there (an sshd session pam_slurm_adopt put in the
-    job, which she keeps open) tells no job either; once root's slurmstepd
-    runs in step_0/slurm, she has a job."""
+    job, which she keeps open) tells no job either, nor one of root's named
+    slurmstepd by the file it ran (a setuid program that takes real uid 0,
+    which she execs through a link she names so); once root's real
+    slurmstepd (Slurm's binary, the one the look finds beside slurmd or on
+    its PATH; `slurmstepd infinity`, as job_container/tmpfs runs it) runs
+    in step_0/slurm, she has a job."""
     chain = own_chain()
-    stepd_file = tmp_path / "slurmstepd"
-    shutil.copy2("/bin/sleep", stepd_file)
+    found = node("slurm").Slurm(0, {}, node("system").Trust(), {}).tool("slurmstepd")
+    require(found, "no slurmstepd of root's on the node program's PATH (bash .ci/setup installs Debian's slurmd)")
+    # run by the name slurmd runs it by (<sbin>/slurmstepd; Debian's is a link to slurmstepd-wlm)
+    real = str(Path(found).parent / "slurmstepd")
+    named = tmp_path / "slurmstepd"
+    named.symlink_to("/bin/sleep")
     os.chmod(tmp_path, 0o755)
     victim, roots = stray("alice"), []
     try:
@@ -203,11 +213,11 @@ def test_a_job_directory_slurm_left_behind_shields_no_stray(own_chain, job_dir, 
         assert "/job_77/step_0/user/task_0\n" in Path(f"/proc/{victim.pid}/cgroup").read_text()
         alice = told(look(chain))["alice"]
         assert alice["answer"] == "stray", alice
-        for program, answer in (("sleep", "stray"), (str(stepd_file), "job")):
-            roots.append(subprocess.Popen([program, "600"], stdin=subprocess.DEVNULL))  # pylint: disable=consider-using-with
+        for argv, answer in ((["sleep", "600"], "stray"), ([str(named), "600"], "stray"), ([real, "infinity"], "job")):
+            roots.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL))  # pylint: disable=consider-using-with
             (job_dir / "step_0" / "slurm" / "cgroup.procs").write_text(str(roots[-1].pid))
             alice = told(look(chain))["alice"]
-            assert alice["answer"] == answer, (program, alice)
+            assert alice["answer"] == answer, (argv, alice)
         assert alice["why"] == f"process {victim.pid} is in the cgroup of Slurm job 77", alice
     finally:
         for proc in (victim, *roots):

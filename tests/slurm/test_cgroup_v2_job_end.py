@@ -189,7 +189,9 @@ def test_epilog_strays_finds_a_running_job_by_its_cgroup(v2_slurm, rsyslog):
     try:
         job = slurm.submit("alice", "sleep 300")
         kept = running_in(slurm, job, uid, SLEEP_300)
-        report = look(slurm.chain, kill=True, prefix=slurm.ns.prefix)
+        # the module passes the running slurmd: its slurmstepd is the one whose processes count
+        report = look(slurm.chain, kill=True, prefix=slurm.ns.prefix,
+                      slurmd_pid=int((slurm.base / "run/slurmd.pid").read_text()))
         alice = told(report)["alice"]
         _, name = job_dir(slurm, job)
         assert alice["answer"] == "job", alice

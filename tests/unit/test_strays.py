@@ -6,6 +6,8 @@ through Salt's own Jinja). Pure: no root, no /proc of anybody's, no Salt
 loader. The real processes, accounts, locks and minion scheduler are
 tests/node/test_strays.py's and the slurm tier's."""
 import json
+import os
+import types
 from pathlib import Path
 
 import pytest
@@ -242,3 +244,29 @@ def test_a_job_directory_slurm_left_behind_is_no_job(job):
     # a layout that cannot be told stays unknown, whatever runs in it
     unread = strays.Process(6, "sh", 3, ("unknown", "/a/slurmstepd.scope/x"))
     assert strays.by_cgroup([*procs, unread], set())[0] == "unknown"
+
+
+def test_a_strays_kill_counts_the_prologs_wait_from_when_it_took_the_users_lock(tmp_path, monkeypatch):
+    """A new job's prolog waits for the user's lock from the moment the
+    look took it, and gives up lock_wait seconds later: the look's parts
+    must end before that, so the time _decide returns with the lock is
+    when it was taken, not when the evidence answered. The controller is
+    made to take 30 s (a stub of the evidence: a slow squeue, which the
+    real one cannot give on demand); the guard's answer is given (act)."""
+    clock = [1000.0]
+    monkeypatch.setattr(strays, "time", types.SimpleNamespace(monotonic=lambda: clock[0], time=lambda: 1.8e9))
+
+    def slow(job, uid, facts, chain_timeout):
+        clock[0] += 30
+        return answer("no")
+    monkeypatch.setattr(strays, "evidence", types.SimpleNamespace(decide=slow))
+    monkeypatch.setattr(strays.guard, "identity", lambda *args: KNOWN)
+    monkeypatch.setattr(strays.guard, "check", lambda *args: ACT)
+    run_ = types.SimpleNamespace(account_chars="a-z", names={"localusers": "/x"}, marks_trusted=True,
+                                 run_dir=str(tmp_path), settings={"chain_timeout": 110},
+                                 lock_user=lambda uid, wait: os.open(tmp_path / f"lock.{uid}", os.O_RDWR | os.O_CREAT))
+    said, why, held = strays._decide(run_, types.SimpleNamespace(), 50101, "alice", [], False, set())
+    try:
+        assert (said, held[1]) == ("stray", 1000.0), (said, why, held)
+    finally:
+        os.close(held[0])

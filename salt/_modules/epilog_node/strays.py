@@ -94,19 +94,23 @@ def age_of(stat_text, boot, ticks, now):
     return max(0, int(now - boot - start / ticks))
 
 
-def processes(me, now, live=None):
+def processes(me, now, live=None, stepd=None):
     """{uid: [Process]} of the live processes here by their real uid: not
     root's, not a kill slot's (a part 40 acting), not this one's. Each
     costs three small reads that never wait on the process (status, stat,
     cgroup), through one descriptor of its /proc/PID: its command line is
     never read (that read waits on the process's memory map, which a
     process stuck on a hung file system holds), so its command is its name. LIVE (a set, when given) gets the
-    jobs (system.job_of_cgroup()) whose cgroup holds a slurmstepd of
-    root's (real uid 0, named so by the file root ran): Slurm's slurmstepd
-    of each step sits in its job's (under cgroup/v2 in step_<n>/slurm); no
-    user starts a process of root's, nor names one (an sshd session
-    pam_slurm_adopt put in the job is root's too, and lives as long as she
-    keeps it open)."""
+    jobs (system.job_of_cgroup()) whose cgroup holds root's real
+    slurmstepd: named so, and STEPD(pid, descriptor) says so
+    (slurm.Slurm.real_stepd: root's, running the slurmstepd binary).
+    Slurm's slurmstepd of each step sits in its job's (under cgroup/v2 in
+    step_<n>/slurm). A name is not enough: a user names a process of
+    root's by the link she execs it through (a setuid program that takes
+    real uid 0, run as ~/slurmstepd), and an sshd session pam_slurm_adopt
+    put in the job is root's too, and lives as long as she keeps it open.
+    One whose executable cannot be read (not gone) counts: a job is the
+    answer that acts on nobody."""
     boot, ticks = system.boot_time(), os.sysconf("SC_CLK_TCK")
     slots = set(system.UID_MAX_REAL - i for i in range(KILL_SLOTS))
     out = {}
@@ -126,7 +130,7 @@ def processes(me, now, live=None):
             uids = system.uids_of(fields)
             if uids and uids[0] == 0 and live is not None and fields.get("Name") == "slurmstepd":
                 job = system.job_cgroup(pid, proc=proc)
-                if job is not None and job[0] != "unknown":
+                if job is not None and job[0] != "unknown" and _real_stepd(stepd, pid, proc):
                     live.add(job)
             if not uids or uids[0] == 0 or uids[0] in slots:
                 continue
@@ -136,6 +140,17 @@ def processes(me, now, live=None):
         finally:
             os.close(proc)
     return out
+
+
+def _real_stepd(stepd, pid, proc):
+    """STEPD(PID, PROC) (processes()), or True: when there is no STEPD, or
+    it cannot read the process (not gone)."""
+    if stepd is None:
+        return True
+    try:
+        return stepd(int(pid), proc)
+    except OSError:
+        return True
 
 
 def account(uid):
@@ -165,7 +180,7 @@ def run(release_dir, env, kill=False, test=False, source="call", slurmd_pid=0, i
     deadline = time.monotonic() + settings["chain_timeout"]
     defs = guard.login_defs()
     live = set()
-    found = processes(os.getpid(), now, live)
+    found = processes(os.getpid(), now, live, run_.slurm.real_stepd)
     ipc_on = settings.get("ipc_cleanup", True)
     holding = set()
     if ipc_on:
@@ -343,13 +358,16 @@ def _decide(run_, facts, uid, name, procs, test, live):
         lock = run_.lock_user(str(uid), 0)
         if lock is None:
             return "unknown", "a job end or prolog of the user holds %s/lock.%d" % (run_.run_dir, uid), None
+    # the prolog's wait for the lock counts from here: the evidence's time
+    # (squeue, up to squeue_timeout) is part of it
+    taken = time.monotonic()
     facts.locked, facts.now = True, int(time.time())
     other = evidence.decide("", str(uid), facts, run_.settings["chain_timeout"])
     answer, why = judge(ident, verdict, other)
     if answer != "stray" and lock is not None:
         os.close(lock)
         lock = None
-    return answer, why, (lock, time.monotonic()) if lock is not None else None
+    return answer, why, (lock, taken) if lock is not None else None
 
 
 def _add_ipc(total, fact):
