@@ -270,3 +270,16 @@ def test_a_strays_kill_counts_the_prologs_wait_from_when_it_took_the_users_lock(
         assert (said, held[1]) == ("stray", 1000.0), (said, why, held)
     finally:
         os.close(held[0])
+
+
+def test_a_slurmstepd_counts_for_its_job_by_its_binary_and_when_it_cannot_be_read():
+    """processes()' test of a process of root's named slurmstepd: what
+    Slurm.real_stepd says of it (its binary is the running slurmd's
+    slurmstepd); one that cannot be read (not gone) counts, a job being the
+    answer that acts on nobody; with no test given, its name alone."""
+    def unreadable(pid, proc):
+        raise OSError(24, "Too many open files")
+    assert strays._real_stepd(lambda pid, proc: pid == 7, "7", 3) is True
+    assert strays._real_stepd(lambda pid, proc: pid == 7, "8", 3) is False
+    assert strays._real_stepd(unreadable, "8", 3) is True
+    assert strays._real_stepd(None, "8", 3) is True
