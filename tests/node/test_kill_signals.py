@@ -237,7 +237,7 @@ def test_processes_in_her_user_namespace_are_killed_not_left_stopped_in_a_frozen
 KILL = r'''
 import json, os, signal, sys, time
 sys.path.insert(0, sys.argv[1])
-from epilog_node import kill
+from epilog_node import kill, reach
 uid, hooks, kwargs = int(sys.argv[2]), sys.argv[3].split(","), json.loads(sys.argv[4])
 
 
@@ -268,11 +268,33 @@ if "cut" in hooks:  # the runner's SIGTERM, right after the frozen round killed 
         return done
 
     kill._signal_each, kill._unfreeze = cut, undo
+if "killed" in hooks:  # after the cut, the runner's SIGKILL comes while the undo looks at every process
+    scan_, unfreeze_ = reach.scan, kill._unfreeze
+
+    def unfreeze_killed(*args):
+        reach.scan = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+        return unfreeze_(*args)
+
+    kill._unfreeze = unfreeze_killed
 if "late" in hooks:  # the clock jumps by 60 s in the first frozen round
     shift, monotonic = [0.0], time.monotonic
     time.monotonic = lambda: monotonic() + shift[0]
     kill.SECONDS = 1000
     kwargs["until"] = time.monotonic() + kwargs["until"]
+if "slowscan" in hooks:  # the kill's first scan takes 40 s by the clock (a node of very many processes)
+    scan, monotonic = reach.scan, time.monotonic
+    shift = [0.0]
+    time.monotonic = lambda: monotonic() + shift[0]
+    kill.SECONDS = 1000
+    kwargs["until"] = time.monotonic() + kwargs["until"]
+
+    def slow_scan(*args):
+        found = scan(*args)
+        if not shift[0]:
+            shift[0] = 40.0
+        return found
+
+    reach.scan = slow_scan
 if "run" in hooks:  # what a thaw continued runs before the next scan looks (the worst order)
     thaw = kill._thaw
 
@@ -368,6 +390,24 @@ def test_a_frozen_round_cut_off_by_sigterm_leaves_nothing_it_stopped_stopped(her
         kill_all_of(ALICE)
 
 
+def test_a_cut_frozen_round_continues_what_it_stopped_before_it_looks_at_every_process(her_setuid_runs, accounts):
+    """As above, and the runner's SIGKILL (2 s after its SIGTERM) comes
+    while the undo scans every process, as it can on a node of very many
+    (a hook on the real reach.scan sends it, once the cut came). The runs
+    of her setuid program by alicex, je.kim and root, which the freeze
+    stopped, were continued before that scan, from the round's own last
+    look: none is left in state T; her stray is dead."""
+    victim = stray(ALICE)
+    try:
+        code, result, lines, err = kill_with("cut,killed")
+        assert code == -signal.SIGKILL and result is None, (code, result, lines, err)
+        assert all(not_stopped(proc.pid) for proc in her_setuid_runs.values()), lines
+        assert killed(victim), lines
+    finally:
+        end(victim)
+        kill_all_of(ALICE)
+
+
 def test_a_saved_only_process_that_becomes_hers_once_continued_is_killed_before_done(her_setuid_fighter):
     """alicex's run of her setuid fighter (becomeuser): once the thaw
     continues it, it takes her uid as its real one and forks. A hook on the
@@ -425,6 +465,29 @@ def test_no_frozen_round_starts_with_less_time_left_than_the_last_took(her_setui
         assert not_stopped(proc.pid) and all(not_stopped(entry.split("(", 1)[0]) for entry in result["left"]), result
     finally:
         end(proc)
+        kill_all_of(ALICE)
+
+
+def test_no_first_frozen_round_starts_with_less_time_left_than_three_scans(her_setuid_runs, accounts):
+    """The runs of her setuid program by alicex, je.kim and root live, so
+    the kill's round would be a frozen one. Its first scan takes 40 s by
+    the clock (a hook on the real reach.scan moves time.monotonic: a node
+    of very many processes cannot be had on demand) and 60 s are left:
+    a frozen round, which reads every process two or three times, could
+    be cut off by the runner's time with others stopped. None starts:
+    kill_uid ends bound after no round, signals nothing and says why, and
+    nothing is stopped; her stray still runs."""
+    victim = stray(ALICE)
+    try:
+        code, result, lines, err = kill_with("slowscan", until=100)
+        assert code == 0 and result, (code, lines, err)
+        assert result["outcome"] == "bound" and result["rounds"] == result["one_by_one"] == 0, result
+        assert result["signalled"] == [] and f"{victim.pid}(" in " ".join(result["left"]), result
+        assert "no frozen round started" in result["why"] and "s were left" in result["why"], result
+        assert all(not_stopped(proc.pid) for proc in her_setuid_runs.values()), result
+        assert not_stopped(victim.pid), result
+    finally:
+        end(victim)
         kill_all_of(ALICE)
 
 

@@ -30,6 +30,14 @@ ROUNDS, SECONDS, PATIENCE = 50, 5, 30
 # of their own, so none reaches another, and none waits for another.
 KILL_LOCK = "kill.lock"
 KILL_SLOTS = 16
+# _wait_dead's pauses: a process SIGKILL reached is gone within a fraction
+# of a millisecond, so the first looks come soon; about 0.1 s in all
+DEAD_PAUSES = (0.0001, 0.0002, 0.0004, *(0.0005 * wait for wait in range(2, 21)))
+# A frozen round reads every process two or three times (the scan after the
+# freeze, the one after the kill, and one more after a thaw) and signals
+# each of hers on its own: the first starts only with at least this many
+# times the kill's first scan left, and the wait for the dead.
+FROZEN_SCANS = 3
 # pidfd_open and pidfd_send_signal, by machine: the numbers every
 # architecture's table shares since Linux 5.1 (alpha's and ia64's differ:
 # those signal by pid)
@@ -311,7 +319,9 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
       freeze is undone whatever cuts the round short (try/finally; the
       runner's SIGTERM, while kill_uid runs in the main thread, raises Cut
       into it, and is sent again to the old handler before returning); no
-      frozen round starts with less time left than the last took (bound).
+      frozen round starts with less time left than the last took (bound),
+      nor the first with less than FROZEN_SCANS times the kill's first
+      scan (bound, with nothing signalled).
       A continued saved-only process runs her code: after a thaw the kill
       scans again before it may end done, and ends bound (why:
       kept_coming()) while hers keep coming;
@@ -348,7 +358,9 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
     if x == uid or not system.UID_MAX_REAL - KILL_SLOTS < x <= system.UID_MAX_REAL:
         return Killed("failed", 0, [], [], "uid X %r is not a kill slot's, or is the user's" % (x,), {}, [], 0, [])
     groups = os.getgroups()
+    looked = time.monotonic()
     xs, seen, monitors, others, whole, stopped = reach.scan(uid, user, x)
+    scanned = time.monotonic() - looked
     if xs:
         return Killed("refused", 0, [], [], "a process of uid %d runs" % x, {}, others, 0, [])
     seen = [entry for entry in seen if entry not in monitors]
@@ -358,7 +370,11 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
     if until is not None:
         deadline = min(deadline, until)
     rounds = one_by_one = 0
+    # what a frozen round needs, at least: the last round's time, and before
+    # the first, FROZEN_SCANS times the scan just taken and the wait for the
+    # dead (every process is read two or three times, each of hers signalled)
     continued, last, real = [], 0.0, list(seen)
+    frozen_need = FROZEN_SCANS * scanned + sum(DEAD_PAUSES)
     cut = []
 
     def end(outcome, left=(), why=""):
@@ -382,8 +398,13 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
         while True:
             frozen = bool(others)
             started = time.monotonic()
-            if frozen and rounds and deadline - started < last:
+            if frozen and deadline - started < max(last, frozen_need):
                 # a freeze cut off by the runner's time would leave others stopped
+                if not rounds:
+                    signalled = []
+                    return end("bound", real, why="no frozen round started: it would take about %.1f s (a scan of "
+                               "every process took %.2f s) and %.1f s were left; processes of saved uid hers live: %s"
+                               % (frozen_need, scanned, max(0.0, deadline - started), some(spared)))
                 return end("bound", real, why=kept_coming(spared))
             rounds += 1
             if frozen:
@@ -392,23 +413,25 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
                 # stopped continued (_thaw, once hers are dead), whatever
                 # cuts the round short.
                 one_by_one += 1
-                before, pending = stopped, True
+                before, pending, found = stopped, True, None
                 try:
                     why = _as_user(uid, x, lambda: os.kill(-1, signal.SIGSTOP))
                     if not why:
-                        _, now, waited, _, whole, _ = reach.scan(uid, user, x)
+                        _, now, waited, held, whole, halted = reach.scan(uid, user, x)
+                        found = (held, halted)
                         seen = now = [entry for entry in now if entry not in waited]
                         signalled += [entry for entry in now if entry not in known]
                         known.update(now)
                         why = _signal_each(uid, x, seen, whole)
                     _wait_dead(seen if not why else (), uid, user)
                     _, left, _, others, whole, stopped = reach.scan(uid, user, x)
+                    found = (others, stopped)
                     thawed = _thaw(uid, x, others, before)
                     thawed += _thaw_rest(uid, stopped, before, thawed)
                     pending = False
                 finally:
                     if pending:
-                        continued += _unfreeze(uid, user, x, before)
+                        continued += _unfreeze(uid, user, x, before, found)
                 continued += thawed
                 if thawed:
                     # a process continued runs again (a saved-only one her
@@ -449,9 +472,6 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
                 os.kill(os.getpid(), signal.SIGTERM)  # the runner's SIGTERM, to its own handler now
 
 
-# _wait_dead's pauses: a process SIGKILL reached is gone within a fraction
-# of a millisecond, so the first looks come soon; about 0.1 s in all
-DEAD_PAUSES = (0.0001, 0.0002, 0.0004, *(0.0005 * wait for wait in range(2, 21)))
 
 
 def _wait_dead(seen, uid, user):
@@ -470,17 +490,26 @@ def kept_coming(spared):
     return "processes of the user's kept coming while processes of saved uid hers lived: %s" % some(spared)
 
 
-def _unfreeze(uid, user, x, before):
-    """Undo a freeze cut short (an error, SIGTERM): root again, a scan,
-    then _thaw and _thaw_rest of what it found stopped. The "pid(name)"
-    continued."""
+def _unfreeze(uid, user, x, before, found=None):
+    """Undo a freeze cut short (an error, SIGTERM): root again; first
+    _thaw and _thaw_rest of what the round's last scan since the freeze
+    found (FOUND: its saved-only processes and the others stopped), which
+    takes no look at every process (the runner's SIGKILL follows its
+    SIGTERM 2 s later, and a scan of a node of very many processes can
+    take longer); then a scan, and _thaw and _thaw_rest of what it finds
+    stopped (a parent that stopped itself since, or all of them when the
+    cut came before the round's first scan). The "pid(name)" continued."""
+    done = []
     try:
         os.setresuid(x, 0, 0)
+        if found is not None:
+            done += _thaw(uid, x, found[0], before)
+            done += _thaw_rest(uid, found[1], before, done)
         _, _, _, others, _, stopped = reach.scan(uid, user, x)
-        done = _thaw(uid, x, others, before)
+        done += _thaw(uid, x, others, before)
         return done + _thaw_rest(uid, stopped, before, done)
     except (OSError, Cut):
-        return []
+        return done
 
 
 def would_kill(uid, user):
@@ -641,6 +670,8 @@ def kill(ctx):
                 % (uid, signalled))
     elif result.outcome == "done":
         ctx.log("info", "killed the processes of uid %d (%d round(s)): %s" % (uid, result.rounds, signalled))
+    elif result.outcome == "bound" and not result.rounds:
+        ctx.log("warning", "did not signal the processes of uid %d (%s): %s" % (uid, result.why, some(result.left)))
     elif result.outcome == "bound":
         ctx.log("warning", "processes of uid %d survived %d %s; gave up (bound: %d rounds or %d s)%s; killed first: %s"
                 % (uid, result.rounds, some(result.left), ROUNDS, SECONDS,
