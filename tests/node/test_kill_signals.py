@@ -268,8 +268,34 @@ if "cut" in hooks:  # the runner's SIGTERM, right after the frozen round killed 
         return done
 
     kill._signal_each, kill._unfreeze = cut, undo
+if "cutscan" in hooks:  # the runner's SIGTERM, during the frozen round's first scan after the freeze
+    scan_, scans = reach.scan, [0]
+
+    def scan_cut(*args):
+        scans[0] += 1
+        if scans[0] == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return scan_(*args)
+
+    reach.scan = scan_cut
+if "fault" in hooks:  # the frozen round fails once hers were killed one by one (an OSError: EIO)
+    each_ = kill._signal_each
+
+    def each_failing(*args):
+        each_(*args)
+        raise OSError(5, "Input/output error")
+
+    kill._signal_each = each_failing
+if "termundo" in hooks:  # the runner's SIGTERM comes while the undo continues what the freeze stopped
+    thaw__ = kill._thaw
+
+    def thaw_termed(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return thaw__(*args)
+
+    kill._thaw = thaw_termed
 if "killed" in hooks:  # after the cut, the runner's SIGKILL comes while the undo looks at every process
-    scan_, unfreeze_ = reach.scan, kill._unfreeze
+    unfreeze_ = kill._unfreeze
 
     def unfreeze_killed(*args):
         reach.scan = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
@@ -408,6 +434,25 @@ def test_a_cut_frozen_round_continues_what_it_stopped_before_it_looks_at_every_p
         kill_all_of(ALICE)
 
 
+def test_a_sigterm_during_the_undo_of_a_failed_frozen_round_does_not_cut_the_undo_short(her_setuid_runs, accounts):
+    """The frozen round fails once hers were killed one by one (an OSError,
+    injected by a hook on the real _signal_each: no real part fails so on
+    demand), and the runner's SIGTERM comes as the undo begins to continue
+    what the freeze stopped (a hook on the real _thaw sends it). The undo
+    is let finish: the runs of her setuid program by alicex, je.kim and
+    root run again, none left in state T, and the process then dies of the
+    SIGTERM, its old handler's."""
+    victim = stray(ALICE)
+    try:
+        code, result, lines, err = kill_with("fault,termundo")
+        assert code == -signal.SIGTERM and result is None, (code, result, lines, err)
+        assert all(not_stopped(proc.pid) for proc in her_setuid_runs.values()), lines
+        assert killed(victim), lines
+    finally:
+        end(victim)
+        kill_all_of(ALICE)
+
+
 def test_a_saved_only_process_that_becomes_hers_once_continued_is_killed_before_done(her_setuid_fighter):
     """alicex's run of her setuid fighter (becomeuser): once the thaw
     continues it, it takes her uid as its real one and forks. A hook on the
@@ -468,24 +513,42 @@ def test_no_frozen_round_starts_with_less_time_left_than_the_last_took(her_setui
         kill_all_of(ALICE)
 
 
-def test_no_first_frozen_round_starts_with_less_time_left_than_three_scans(her_setuid_runs, accounts):
+def test_a_first_round_with_too_little_time_for_a_freeze_kills_hers_one_by_one_and_stops_nothing(her_setuid_runs,
+                                                                                                  accounts):
     """The runs of her setuid program by alicex, je.kim and root live, so
     the kill's round would be a frozen one. Its first scan takes 40 s by
     the clock (a hook on the real reach.scan moves time.monotonic: a node
     of very many processes cannot be had on demand) and 60 s are left:
     a frozen round, which reads every process two or three times, could
-    be cut off by the runner's time with others stopped. None starts:
-    kill_uid ends bound after no round, signals nothing and says why, and
-    nothing is stopped; her stray still runs."""
+    be cut off by the runner's time with others stopped. None runs: her
+    stray is killed on its own through its pidfd, nothing is stopped or
+    continued, and the kill is done in one round."""
     victim = stray(ALICE)
     try:
         code, result, lines, err = kill_with("slowscan", until=100)
         assert code == 0 and result, (code, lines, err)
-        assert result["outcome"] == "bound" and result["rounds"] == result["one_by_one"] == 0, result
-        assert result["signalled"] == [] and f"{victim.pid}(" in " ".join(result["left"]), result
-        assert "no frozen round started" in result["why"] and "s were left" in result["why"], result
+        assert result["outcome"] == "done" and result["rounds"] == 1 and result["one_by_one"] == 0, result
+        assert result["continued"] == [] and f"{victim.pid}(" in " ".join(result["signalled"]), result
+        assert sorted(entry.split("(", 1)[0] for entry in result["spared"]) == \
+            sorted(str(proc.pid) for proc in her_setuid_runs.values()), result
         assert all(not_stopped(proc.pid) for proc in her_setuid_runs.values()), result
-        assert not_stopped(victim.pid), result
+        assert killed(victim), result
+    finally:
+        end(victim)
+        kill_all_of(ALICE)
+
+
+def test_a_frozen_round_cut_off_in_its_first_scan_continues_what_it_knew_first(her_setuid_runs, accounts):
+    """The runner's SIGTERM comes during the frozen round's first scan after
+    the freeze (a hook on the real reach.scan sends it), and its SIGKILL
+    while the undo scans every process (as in the test above). The runs of
+    her setuid program by alicex, je.kim and root, which the scan before
+    the freeze found, were continued before that: none is left in state T."""
+    victim = stray(ALICE)
+    try:
+        code, result, lines, err = kill_with("cutscan,killed")
+        assert code == -signal.SIGKILL and result is None, (code, result, lines, err)
+        assert all(not_stopped(proc.pid) for proc in her_setuid_runs.values()), lines
     finally:
         end(victim)
         kill_all_of(ALICE)

@@ -36,7 +36,8 @@ DEAD_PAUSES = (0.0001, 0.0002, 0.0004, *(0.0005 * wait for wait in range(2, 21))
 # A frozen round reads every process two or three times (the scan after the
 # freeze, the one after the kill, and one more after a thaw) and signals
 # each of hers on its own: the first starts only with at least this many
-# times the kill's first scan left, and the wait for the dead.
+# times the kill's first scan left, and the wait for the dead (else the
+# round goes without the freeze).
 FROZEN_SCANS = 3
 # pidfd_open and pidfd_send_signal, by machine: the numbers every
 # architecture's table shares since Linux 5.1 (alpha's and ia64's differ:
@@ -321,7 +322,10 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
       into it, and is sent again to the old handler before returning); no
       frozen round starts with less time left than the last took (bound),
       nor the first with less than FROZEN_SCANS times the kill's first
-      scan (bound, with nothing signalled).
+      scan: until one has run, such a round goes without the freeze (hers
+      signalled by group and one by one through pidfds, as _signal_each
+      does, which stops nothing: a cut leaves nothing to undo), and a bound
+      reached so says why. A second SIGTERM never cuts _unfreeze short.
       A continued saved-only process runs her code: after a thaw the kill
       scans again before it may end done, and ends bound (why:
       kept_coming()) while hers keep coming;
@@ -369,21 +373,25 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
     deadline = time.monotonic() + SECONDS
     if until is not None:
         deadline = min(deadline, until)
-    rounds = one_by_one = 0
-    # what a frozen round needs, at least: the last round's time, and before
-    # the first, FROZEN_SCANS times the scan just taken and the wait for the
-    # dead (every process is read two or three times, each of hers signalled)
-    continued, last, real = [], 0.0, list(seen)
-    frozen_need = FROZEN_SCANS * scanned + sum(DEAD_PAUSES)
-    cut = []
+    rounds = one_by_one = alone = 0
+    # what a frozen round needs, at least: the last frozen round's time, and
+    # before the first, FROZEN_SCANS times the scan just taken and the wait
+    # for the dead (every process is read two or three times, each of hers
+    # signalled)
+    continued, last, real = [], FROZEN_SCANS * scanned + sum(DEAD_PAUSES), list(seen)
+    cut, undoing = [], []
 
     def end(outcome, left=(), why=""):
+        if outcome == "bound" and not why and alone:
+            why = "too little time was left for a frozen round (about %.1f s): the user's were signalled by group " \
+                  "and one by one, nothing stopped, while processes of saved uid hers lived: %s" % (last, some(spared))
         return Killed(outcome, rounds, signalled, list(left), why, jobs, spared, one_by_one, continued)
 
     def on_term(signum, _frame):
         if not cut:
             cut.append(signum)
-            raise Cut()
+            if not undoing:  # an undo under way is let finish: the signal is sent again at the end
+                raise Cut()
 
     try:
         term = signal.signal(signal.SIGTERM, on_term)
@@ -398,22 +406,30 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
         while True:
             frozen = bool(others)
             started = time.monotonic()
-            if frozen and deadline - started < max(last, frozen_need):
+            single = False
+            if frozen and deadline - started < last:
                 # a freeze cut off by the runner's time would leave others stopped
-                if not rounds:
-                    signalled = []
-                    return end("bound", real, why="no frozen round started: it would take about %.1f s (a scan of "
-                               "every process took %.2f s) and %.1f s were left; processes of saved uid hers live: %s"
-                               % (frozen_need, scanned, max(0.0, deadline - started), some(spared)))
-                return end("bound", real, why=kept_coming(spared))
+                if one_by_one:
+                    return end("bound", real, why=kept_coming(spared))
+                # none has run yet: hers are signalled by group and one by
+                # one without it, which stops nothing (_signal_each)
+                frozen, single = False, True
             rounds += 1
-            if frozen:
+            if single:
+                alone += 1
+                why = _signal_each(uid, x, seen, whole)
+                _wait_dead(seen if not why else (), uid, user)
+                _, left, _, others, whole, stopped = reach.scan(uid, user, x)
+            elif frozen:
                 # Everything kill(-1) reaches stops at once, fork loops
                 # too; then hers are killed one by one, and the others it
                 # stopped continued (_thaw, once hers are dead), whatever
                 # cuts the round short.
                 one_by_one += 1
-                before, pending, found = stopped, True, None
+                # found: what the undo of a cut-off round continues first,
+                # the saved-only processes the last scan knew, then those
+                # of each scan since the freeze
+                before, pending, found = stopped, True, (others, ())
                 try:
                     why = _as_user(uid, x, lambda: os.kill(-1, signal.SIGSTOP))
                     if not why:
@@ -431,17 +447,19 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
                     pending = False
                 finally:
                     if pending:
+                        undoing.append(True)
                         continued += _unfreeze(uid, user, x, before, found)
+                        undoing.pop()
                 continued += thawed
                 if thawed:
                     # a process continued runs again (a saved-only one her
                     # code): never end on a scan taken before that
                     _, left, _, others, whole, stopped = reach.scan(uid, user, x)
+                last = time.monotonic() - started
             else:
                 why = _as_user(uid, x, lambda: os.kill(-1, signal.SIGKILL))
                 _wait_dead(seen if not why else (), uid, user)
                 _, left, _, others, whole, stopped = reach.scan(uid, user, x)
-            last = time.monotonic() - started
             if why:
                 return end("failed", why=why)
             spared += [entry for entry in others if entry not in told]
@@ -670,8 +688,6 @@ def kill(ctx):
                 % (uid, signalled))
     elif result.outcome == "done":
         ctx.log("info", "killed the processes of uid %d (%d round(s)): %s" % (uid, result.rounds, signalled))
-    elif result.outcome == "bound" and not result.rounds:
-        ctx.log("warning", "did not signal the processes of uid %d (%s): %s" % (uid, result.why, some(result.left)))
     elif result.outcome == "bound":
         ctx.log("warning", "processes of uid %d survived %d %s; gave up (bound: %d rounds or %d s)%s; killed first: %s"
                 % (uid, result.rounds, some(result.left), ROUNDS, SECONDS,
