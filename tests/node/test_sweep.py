@@ -4,11 +4,12 @@ host's /tmp is never swept by these tests): the very code part 45 runs at
 every job end and epilog.sweep runs for salt-call. The same scenario table
 runs at a real Slurm job end in tests/slurm/test_sweep_job_end.py."""
 import os
+import subprocess
 
 import pytest
 
 from tests import sweep_scenarios as sc
-from tests.helpers import uid_of
+from tests.helpers import as_user, ids_of, uid_of
 
 
 @pytest.mark.parametrize("scenario", sc.SCENARIOS, ids=[f.__name__ for f in sc.SCENARIOS])
@@ -37,6 +38,28 @@ def test_sweep_removes_only_the_ending_jobs_scratch(sweeper, accounts, site):
     assert site.path("/tmp/slurm4711.je.kim").exists()
     reason = next(k["reason"] for k in report["kept"] if k["path"] == "/tmp/slurm4711.je.kim")
     assert reason.startswith("owned by uid") and "not the job's uid" in reason
+
+
+def test_the_jobs_scratch_that_is_a_mount_point_is_kept_and_never_entered(sweeper, accounts, site):
+    """The job's user's directory /tmp/slurm4711.mnt with a file system
+    mounted on it (a tmpfs of hers here, as her FUSE mount with
+    allow_other would be): the sweep never enters another file system, so
+    it keeps the entry, says why, and what is in it stays."""
+    mount_point = site.path("/tmp/slurm4711.mnt")
+    mount_point.mkdir()
+    os.chown(mount_point, *ids_of("alice"))
+    uid, gid = ids_of("alice")
+    subprocess.run([*site.prefix, "mount", "-t", "tmpfs", "-o", f"uid={uid},gid={gid},mode=0700", "her-fs",
+                    "/tmp/slurm4711.mnt"], check=True)
+    try:
+        subprocess.run([*site.prefix, *as_user("alice"), "sh", "-c", "echo x > /tmp/slurm4711.mnt/inside"], check=True)
+        report = sweeper(site, "--job=4711", f"--uid={uid_of('alice')}")
+        reason = next(k["reason"] for k in report["kept"] if k["path"] == "/tmp/slurm4711.mnt")
+        assert reason.startswith("another file system is mounted there"), report["kept"]
+        inside = subprocess.run([*site.prefix, "cat", "/tmp/slurm4711.mnt/inside"], capture_output=True, text=True)
+        assert inside.stdout == "x\n", (inside, report)
+    finally:
+        subprocess.run([*site.prefix, "umount", "/tmp/slurm4711.mnt"], check=False)
 
 
 def test_scratch_needs_the_jobs_user(sweeper, accounts, site):

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 
 import pytest
 
@@ -272,6 +273,7 @@ class Ctx:
         self.settings = {"scratch_patterns": list(patterns), "sweep_budget": 10}
         self.env = env
         self.job = env.get("SLURM_JOB_ID") or None
+        self.deadline = time.monotonic() + 30  # the part's time, as the runner gives it
         self.lines, self.facts = [], {}
 
     def log(self, level, line):
@@ -406,3 +408,50 @@ def test_what_users_can_create_is_logged_summed_up(tmp_path, monkeypatch):
     assert len(warnings) == 1, lines[:5]
     assert warnings[0].startswith("kept X displays and locks whose lock is malformed or unreadable: 5000 entries; "
                                   f"the first {sweep_report.FEW}: ")
+
+
+class _LateClock:
+    """time for the sweep's books: the real clock until the sweep has set
+    its deadline, then 100 s later (a /tmp of 800,000 names a user made
+    takes seconds to list; a test cannot make one cheaply)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def monotonic(self):
+        self.calls += 1
+        return time.monotonic() + (100 if self.calls > 1 else 0)
+
+
+def test_a_tmp_filled_with_names_holds_the_sweep_no_longer_than_its_budget(tmp_path, monkeypatch):
+    """A user's 3,000 malformed lock names in /tmp (a directory of the
+    test's own stands in for it), and the sweep's time runs out while it
+    lists them: it stops in the listing, at the first check of its budget
+    (every LISTING_BATCH names), says where, and reports the budget spent,
+    not the names it never read."""
+    residue = residue_dir(tmp_path, monkeypatch, [f".X{i}\x01\x01-lock" for i in range(3000)])
+    monkeypatch.setattr(sweep_names, "X11_DIR_OWNER", os.getuid())
+    monkeypatch.setattr(sweep_report, "time", _LateClock())
+    lines = []
+    report = sweep.run_sweep(budget=5, log=lambda level, line: lines.append((level, line)))
+    assert report["budget_exhausted"] is True, report["counts"]
+    assert report["listing_cut"] == {"path": str(residue), "names_read": sweep.LISTING_BATCH}, report["listing_cut"]
+    assert report["counts"]["x_lock"]["kept"] == sweep.LISTING_BATCH - 1, report["counts"]
+    assert any(f"while listing {residue} ({sweep.LISTING_BATCH} names read)" in line for _, line in lines), lines
+
+
+def test_the_report_holds_at_most_report_max_entries_a_list_and_counts_the_rest(tmp_path, monkeypatch):
+    """1,200 malformed lock names, with REPORT_MAX 1,000 (10,000 on a node):
+    the counts are whole, the report's list of kept entries stops at
+    REPORT_MAX and says how many more there were, and the record's fact
+    counts them too."""
+    monkeypatch.setattr(sweep_report, "REPORT_MAX", 1000)
+    residue = residue_dir(tmp_path, monkeypatch, [])
+    for i in range(sweep_report.REPORT_MAX + 200):
+        (residue / f".X{i}.bad-lock").write_bytes(b"")
+    monkeypatch.setattr(sweep_names, "X11_DIR_OWNER", os.getuid())
+    report = sweep.run_sweep()
+    assert report["counts"]["x_lock"]["kept"] == sweep_report.REPORT_MAX + 200
+    assert len(report["kept"]) == sweep_report.REPORT_MAX and report["more"] == {"kept": 200}, report["more"]
+    fact = sweep_report.fact(report)
+    assert fact["kept_more"] == sweep_report.REPORT_MAX + 200 - len(fact["kept"]), fact

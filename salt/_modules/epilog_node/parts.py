@@ -178,7 +178,10 @@ def sweep(ctx):
     # entry, and what it did is logged
     signal.signal(signal.SIGTERM, sweep_report.terminated)
     try:
-        report = residue.run_with(settings, job=job, log=ctx.log, uid=uid, would=observing(settings))
+        # its budget, at most the part's own time left (earlier parts, a
+        # site's among them, may have used the chain's)
+        budget = min(settings["sweep_budget"], max(0.1, ctx.deadline - time.monotonic()))
+        report = residue.run_with(settings, job=job, budget=budget, log=ctx.log, uid=uid, would=observing(settings))
     except residue.SweepError as exc:
         ctx.log("warning", "sweep could not run: %s" % exc)
         return

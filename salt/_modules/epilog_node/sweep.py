@@ -68,6 +68,9 @@ class SweepError(Exception):
 
 # The budget when --budget is not given (part 45 always gives the pillar's).
 DEFAULT_BUDGET = 10
+# The names of a directory the sweep lists are read in batches of this many,
+# its budget and the runner's SIGTERM checked after each.
+LISTING_BATCH = 256
 
 # sweep_names' patterns, compiled (the sweep's alone: part 45's look needs no re)
 X_SOCKET_NAME = re.compile(sweep_names.X_SOCKET_NAME)
@@ -143,6 +146,9 @@ class _Sweep(Removal):
         self.procs = sweep_holders.Processes(self.deadline)
         self._candidates = []
         self._holders = {}
+        self._listing = None  # [the directory being listed, the names read so far]
+        self._found = None  # while /tmp is listed: (locks, clsbd, scratch) found so far
+        self._tmp_dev = None
 
     def lstat_at(self, dir_fd, name):
         """lstat NAME in DIR_FD; None when it is gone; Unjudged when the
@@ -187,15 +193,17 @@ class _Sweep(Removal):
             raise SweepError(f"cannot open {sweep_names.TMP}: {exc.strerror}") from exc
         started = time.monotonic()
         try:
-            try:
-                names = os.listdir(tmp_fd)
-            except OSError as exc:
-                raise SweepError(f"cannot list {sweep_names.TMP}: {exc.strerror}") from exc
-            self._sweep(tmp_fd, names)
+            self._tmp_dev = os.fstat(tmp_fd).st_dev
+            self._sweep(tmp_fd, self._names(tmp_fd, sweep_names.TMP))
         except Budget:
             self.report["budget_exhausted"] = True
-            self.report["left"] = sum(path not in self._decided for path in self._candidates)
-            self.log("warning", f"sweep budget of {self.budget}s exhausted; "
+            self.report["left"] = sum(path not in self._decided for path in self._candidates) if self._found is None \
+                else sum(len(found) for found in self._found)
+            where = ""
+            if self._listing:
+                where = f" while listing {self._listing[0]} ({self._listing[1]} names read)"
+                self.report["listing_cut"] = {"path": self._listing[0], "names_read": self._listing[1]}
+            self.log("warning", f"sweep budget of {self.budget}s exhausted{where}; "
                                 f"{self.report['left']} entries left for the next job end")
         finally:
             os.close(tmp_fd)
@@ -203,8 +211,38 @@ class _Sweep(Removal):
         self.report["elapsed_ms"] = round((time.monotonic() - started) * 1000, 1)
         return self.report
 
+    def _names(self, fd, path):
+        """The names in the directory FD (PATH), read in batches (os.scandir
+        on the descriptor where this python takes one), the budget and the
+        runner's SIGTERM checked every LISTING_BATCH names: a directory a
+        user filled with names holds the sweep no longer than its budget
+        (_listing: where it was, and how many names it had read). A
+        listing that fails is SweepError for /tmp, OSError otherwise."""
+        try:
+            listing = os.scandir(fd) if os.scandir in os.supports_fd else iter(os.listdir(fd))
+        except OSError as exc:
+            if path == sweep_names.TMP:
+                raise SweepError(f"cannot list {path}: {exc.strerror}") from exc
+            raise
+        self._listing = [path, 0]
+        try:
+            for read, entry in enumerate(listing, 1):
+                if read % LISTING_BATCH == 0:
+                    self._listing[1] = read
+                    self.check_budget()
+                yield entry if isinstance(entry, str) else entry.name
+        except OSError as exc:
+            if path == sweep_names.TMP:
+                raise SweepError(f"cannot list {path}: {exc.strerror}") from exc
+            raise
+        finally:
+            if hasattr(listing, "close"):
+                listing.close()
+        self._listing = None
+
     def _sweep(self, tmp_fd, names):
         locks, clsbd, scratch = {}, [], []
+        self._found = (locks, clsbd, scratch)  # what the listing found so far, none of it judged
         scratch_res = [_scratch_regex(p, self.job) for p in self.patterns] if self.job else []
         for name in names:
             if X_LOCK_LIKE.match(name):
@@ -212,7 +250,7 @@ class _Sweep(Removal):
                 if match:
                     locks[int(match.group(1))] = name
                 else:
-                    self.keep("x_lock", f"{sweep_names.TMP}/{name}", "malformed lock name")
+                    self.keep("x_lock", f"{sweep_names.TMP}/{name}", "malformed lock name", candidate=False)
             elif name.startswith(sweep_names.CLSBD_START):
                 clsbd.append(name)
             elif not name.startswith(".") and any(regex.match(name) for regex in scratch_res):
@@ -220,6 +258,7 @@ class _Sweep(Removal):
         sockets, x_fd = self._x11_entries(tmp_fd)
         self._candidates = ([f"{sweep_names.TMP}/{sweep_names.X11_DIR}/{name}" for name, _ in sockets.values()]
                             + [f"{sweep_names.TMP}/{name}" for name in list(locks.values()) + clsbd + scratch])
+        self._found = None
         try:
             # The displays last: asking every network namespace is the one
             # step a user can make slow (a namespace per process), and it
@@ -251,6 +290,10 @@ class _Sweep(Removal):
             # Only the job's user's own entries are its scratch.
             self.keep("scratch", path, f"owned by uid {st.st_uid}, not the job's uid {self.uid}")
             return
+        if st.st_dev != self._tmp_dev:
+            # a mount point: the sweep never enters another file system
+            self.keep("scratch", path, f"another file system is mounted there ({kind_of(st)})")
+            return
         if self.remove("scratch", tmp_fd, name, path, st):
             self.note("info", f"job scratch {self.purged}", f"job scratch {self.purged}: {system.show(path)}",
                       system.show(path))
@@ -278,33 +321,40 @@ class _Sweep(Removal):
         except OSError as exc:
             self.report["skipped"].append(f"{path}: cannot open ({exc.strerror})")
             return {}, None
+        sockets = {}
         try:
             if not os.path.samestat(st, os.fstat(x_fd)):
                 raise OSError("changed while the sweep ran")
-            names = os.listdir(x_fd)
+            for name in self._names(x_fd, path):
+                self._x11_entry(x_fd, path, name, sockets)
         except OSError as exc:
             os.close(x_fd)
             self.report["skipped"].append(f"{path}: {exc}")
             return {}, None
-        sockets = {}
-        for name in names:
-            entry_path = f"{path}/{name}"
-            match = X_SOCKET_NAME.match(name)
-            if not match:
-                self.keep("x_socket", entry_path, "malformed name")
-                continue
-            try:
-                entry = self.lstat_at(x_fd, name)
-            except Unjudged as exc:
-                self.unjudged("x_socket", entry_path, str(exc))
-                continue
-            if entry is None:
-                continue
-            if not stat.S_ISSOCK(entry.st_mode):
-                self.keep("x_socket", entry_path, f"not a socket ({kind_of(entry)})")
-                continue
-            sockets[int(match.group(1))] = (name, entry)
+        except BaseException:
+            os.close(x_fd)  # the budget, SIGTERM: the caller never gets it
+            raise
         return sockets, x_fd
+
+    def _x11_entry(self, x_fd, path, name, sockets):
+        """One name in /tmp/.X11-unix (PATH, open as X_FD): a display's
+        socket into SOCKETS ({display: (name, lstat)}), else kept."""
+        entry_path = f"{path}/{name}"
+        match = X_SOCKET_NAME.match(name)
+        if not match:
+            self.keep("x_socket", entry_path, "malformed name", candidate=False)
+            return
+        try:
+            entry = self.lstat_at(x_fd, name)
+        except Unjudged as exc:
+            self.unjudged("x_socket", entry_path, str(exc))
+            return
+        if entry is None:
+            return
+        if not stat.S_ISSOCK(entry.st_mode):
+            self.keep("x_socket", entry_path, f"not a socket ({kind_of(entry)})")
+            return
+        sockets[int(match.group(1))] = (name, entry)
 
     def _displays(self, tmp_fd, x_fd, sockets, locks):
         bound = sweep_holders.bound_socket_files(self.deadline) if sockets else {}

@@ -46,14 +46,15 @@ def has_residue(job):
     lock, a clsbd file, the X socket directory's entries, JOB's scratch)?
     On a node without residue the sweep is never imported."""
     try:
-        names = os.listdir(TMP)
+        with os.scandir(TMP) as entries:  # read in batches: a /tmp users filled is never held whole
+            for entry in entries:
+                name = entry.name
+                if name.startswith((X_LOCK_START, CLSBD_START)) and name != X11_DIR:
+                    return True
+                if job and job in name:
+                    return True
     except OSError:
         return True  # the sweep says why
-    for name in names:
-        if name.startswith((X_LOCK_START, CLSBD_START)) and name != X11_DIR:
-            return True
-        if job and job in name:
-            return True
     try:
         st = os.lstat(TMP + "/" + X11_DIR)
     except FileNotFoundError:

@@ -14,6 +14,11 @@ from .sweep_names import KINDS
 
 # Lines of one kind logged one by one; past that, one line sums them up.
 FEW = 3
+# Entries each list of the report (removed, would_remove, kept, unjudged,
+# errors) holds, at most; past that they are counted (report["more"]) and
+# the counts per kind stay whole: a /tmp a user filled with names makes a
+# report, and a worker's memory, of a bounded size.
+REPORT_MAX = 10000
 
 # What part 45 hands the runner for the job end's record: the counts, and
 # the paths removed and kept up to a cap of characters, so that the record
@@ -71,45 +76,62 @@ class Report:
         self._decided = set()
         self._notes = {}
 
+    def _listed(self, key, make):
+        """MAKE() appended to the report's list KEY while it holds fewer than
+        REPORT_MAX entries; counted in report["more"] past that (MAKE, which
+        shows a name users chose, is then never called)."""
+        entries = self.report[key]
+        if len(entries) < REPORT_MAX:
+            entries.append(make())
+        else:
+            more = self.report.setdefault("more", {})
+            more[key] = more.get(key, 0) + 1
+
     # -- the log: what users can create is summed up -------------------------
     def note(self, level, kind, line, subject):
         """A line for the log, of a KIND of line (what it says of its
         SUBJECT, a name users can create): the first FEW of a kind are
-        logged as they are, the rest counted, and the kind summed up in one
-        line when the sweep ends (flush_notes)."""
-        lines = self._notes.setdefault((level, kind), [])
-        lines.append(line if len(lines) < FEW else subject)
+        logged as they are, the rest counted (never kept), and the kind
+        summed up in one line when the sweep ends (flush_notes)."""
+        lines, count = self._notes.setdefault((level, kind), ([], [0]))
+        count[0] += 1
+        if len(lines) < FEW:
+            lines.append(line)
 
     def flush_notes(self):
-        for (level, kind), lines in self._notes.items():
-            if len(lines) <= FEW:
+        for (level, kind), (lines, count) in self._notes.items():
+            if count[0] <= FEW:
                 for line in lines:
                     self.log(level, line)
             else:
-                self.log(level, f"{kind}: {len(lines)} entries; the first {FEW}: {'; '.join(lines[:FEW])}")
+                self.log(level, f"{kind}: {count[0]} entries; the first {FEW}: {'; '.join(lines)}")
         self._notes = {}
 
     # -- bookkeeping -------------------------------------------------------
-    def keep(self, kind, path, reason):
-        self._decided.add(path)
-        self.report["kept"].append({"path": system.show(path), "kind": kind, "reason": reason})
+    def keep(self, kind, path, reason, candidate=True):
+        """PATH is kept, for REASON. CANDIDATE: one the sweep may still
+        judge (an entry whose name is not its kind's is not: it is counted
+        and never remembered)."""
+        if candidate:
+            self._decided.add(path)
+        self._listed("kept", lambda: {"path": system.show(path), "kind": kind, "reason": reason})
         self.report["counts"][kind]["kept"] += 1
 
     def gone(self, kind, path):
         """PATH was removed (or, in a test, would be)."""
-        self.report["would_remove" if self.test else "removed"].append(system.show(path))
+        self._listed("would_remove" if self.test else "removed", lambda: system.show(path))
         self.report["counts"][kind]["removed"] += 1
 
     def unjudged(self, kind, path, why):
         """PATH could not be judged: kept, reported, and the sweep goes on."""
         self.keep(kind, path, f"could not be judged: {why}")
-        self.report["unjudged"].append(f"{system.show(path)}: {why}")
+        self._listed("unjudged", lambda: f"{system.show(path)}: {why}")
         self.note("warning", "sweep kept entries it could not judge",
                   f"sweep kept {system.show(path)}: could not be judged: {why}", system.show(path))
 
     def error(self, path, message):
         self._decided.add(path)
-        self.report["errors"].append(f"{system.show(path)}: {message}")
+        self._listed("errors", lambda: f"{system.show(path)}: {message}")
         self.note("warning", "sweep errors", f"sweep error: {system.show(path)}: {message}", system.show(path))
 
     def check_budget(self):
@@ -125,8 +147,10 @@ def fact(report):
     FACT_PATH_CHARS, with how many were left out); of a sweep that removed
     nothing (test, would), what would have gone, and would: true."""
     out = {"counts": {kind: dict(report["counts"][kind]) for kind in KINDS}}
-    gone = report["would_remove"] if report.get("test") else report["removed"]
-    for key, paths in (("removed", gone), ("kept", [kept["path"] for kept in report["kept"]])):
+    gone_key = "would_remove" if report.get("test") else "removed"
+    more = report.get("more", {})
+    for key, paths, beyond in (("removed", report[gone_key], more.get(gone_key, 0)),
+                               ("kept", [kept["path"] for kept in report["kept"]], more.get("kept", 0))):
         shown, size = [], 0
         for path in paths:
             size += len(ascii(path)) + 1
@@ -134,7 +158,7 @@ def fact(report):
                 break
             shown.append(path)
         out[key] = shown
-        out[key + "_more"] = len(paths) - len(shown)
+        out[key + "_more"] = len(paths) + beyond - len(shown)
     if report.get("test"):
         out["would"] = True
     return out
