@@ -18,6 +18,7 @@ from tests.unit.conftest import node
 sweep = node("sweep")
 sweep_names = node("sweep_names")
 sweep_report = node("sweep_report")
+sweep_holders = node("sweep_holders")
 system = node("system")
 logs = node("log")
 parts = node("parts")
@@ -455,3 +456,15 @@ def test_the_report_holds_at_most_report_max_entries_a_list_and_counts_the_rest(
     assert len(report["kept"]) == sweep_report.REPORT_MAX and report["more"] == {"kept": 200}, report["more"]
     fact = sweep_report.fact(report)
     assert fact["kept_more"] == sweep_report.REPORT_MAX + 200 - len(fact["kept"]), fact
+
+
+def test_the_runners_sigterm_stops_the_looks_at_every_process_and_socket(monkeypatch):
+    """Part 45's SIGTERM flag set (its time is up): the look at every
+    network namespace's sockets ends at its next check (here every pid, as
+    CHECK_EVERY 1 makes it) with Terminated, and the look for the holders
+    of X sockets ends at once, with none named."""
+    monkeypatch.setattr(sweep_holders, "CHECK_EVERY", 1)
+    monkeypatch.setattr(sweep_report, "_SIGTERM", [signal.SIGTERM])
+    with pytest.raises(sweep_report.Terminated):
+        sweep_holders.bound_socket_files(time.monotonic() + 60)
+    assert sweep_holders.Processes(time.monotonic() + 60).holders([1, 2, 3]) == {}

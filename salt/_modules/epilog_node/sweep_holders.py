@@ -16,8 +16,12 @@ import socket
 import struct
 import time
 
-from . import system
-from .sweep_report import Budget, Unjudged
+from . import sweep_report, system
+from .sweep_report import Unjudged
+
+# the loops over what users can make many (processes, sockets, a process's
+# descriptors) ask sweep_report.check every so many steps
+CHECK_EVERY = 256
 
 # -- held sockets: the kernel's socket diagnostics, per network namespace -----
 NETLINK_SOCK_DIAG = 4
@@ -42,12 +46,13 @@ def _setns(fd):
         raise OSError(err, os.strerror(err))
 
 
-def _bound_files_here():
+def _bound_files_here(deadline=None):
     """{(st_dev, st_ino): socket inode} of every file a unix socket of this
     network namespace is bound to, as the kernel reports it
     (NETLINK_SOCK_DIAG, UNIX_DIAG_VFS): the bound file's own identity, which
-    no user can print or forge, unlike the names in /proc/net/unix."""
-    found = {}
+    no user can print or forge, unlike the names in /proc/net/unix. Until
+    DEADLINE (sweep_report.check, every CHECK_EVERY batches of the dump)."""
+    found, batches = {}, 0
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_SOCK_DIAG) as nl:
         nl.settimeout(5)
         # struct unix_diag_req: family, protocol, pad, states, ino, show, cookie[2]
@@ -56,6 +61,9 @@ def _bound_files_here():
                   (0, 0))
         while True:
             data = nl.recv(1 << 16)
+            batches += 1
+            if batches % CHECK_EVERY == 0:
+                sweep_report.check(deadline)
             off = 0
             while off + 16 <= len(data):
                 length, kind = struct.unpack_from("=IH", data, off)
@@ -97,7 +105,9 @@ def bound_socket_files(deadline=None):
     pids = _proc_pids()
     if pids is None:
         return None
-    for pid in pids:
+    for read, pid in enumerate(pids, 1):
+        if read % CHECK_EVERY == 0:
+            sweep_report.check(deadline)
         try:
             spaces.setdefault(os.readlink(f"/proc/{pid}/ns/net"), pid)
         except OSError:
@@ -109,12 +119,11 @@ def bound_socket_files(deadline=None):
     found = {}
     try:
         mine = os.readlink("/proc/self/ns/net")
-        found.update(_bound_files_here())
+        found.update(_bound_files_here(deadline))
         for space, pid in spaces.items():
             if space == mine:
                 continue
-            if deadline is not None and time.monotonic() > deadline:
-                raise Budget()
+            sweep_report.check(deadline)
             try:
                 fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
@@ -122,7 +131,7 @@ def bound_socket_files(deadline=None):
             try:
                 _setns(fd)
                 try:
-                    found.update(_bound_files_here())
+                    found.update(_bound_files_here(deadline))
                 finally:
                     _setns(home)
             finally:
@@ -214,6 +223,10 @@ class Processes:
         finally:
             os.close(fd)
 
+    def _over(self):
+        """The deadline is past, or the runner's SIGTERM came."""
+        return sweep_report.stopped() or time.monotonic() > self.deadline
+
     def holders(self, inodes):
         """{socket inode: (pid, comm)}: one pass over /proc/*/fd, done only
         when some X socket is held, to name who holds it (a report, not
@@ -221,13 +234,15 @@ class Processes:
         wanted = {f"socket:[{inode}]": inode for inode in inodes}
         found = {}
         for pid in _proc_pids() or []:
-            if len(found) == len(wanted) or time.monotonic() > self.deadline:
+            if len(found) == len(wanted) or self._over():
                 break
             try:
                 fds = os.listdir(f"/proc/{pid}/fd")
             except OSError:
                 continue
-            for fd in fds:
+            for read, fd in enumerate(fds, 1):
+                if read % CHECK_EVERY == 0 and self._over():
+                    break
                 try:
                     inode = wanted.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
                 except OSError:

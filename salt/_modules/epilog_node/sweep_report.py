@@ -44,6 +44,22 @@ def terminated(signum, frame):
     _SIGTERM.append(signum)
 
 
+def stopped():
+    """The runner's SIGTERM came (part 45's time is up)."""
+    return bool(_SIGTERM)
+
+
+def check(deadline):
+    """Terminated once the runner's SIGTERM came, Budget once DEADLINE
+    (time.monotonic(); None: none) is past: what every loop of the sweep
+    over what users can make many (names, processes, sockets, descriptors)
+    asks, every so many steps."""
+    if _SIGTERM:
+        raise Terminated("stopped by SIGTERM: the chain's time for part 45 ran out")
+    if deadline is not None and time.monotonic() > deadline:
+        raise Budget()
+
+
 class Unjudged(Exception):
     """One entry could not be judged: it is kept and reported, and the sweep
     goes on with the next one."""
@@ -135,10 +151,7 @@ class Report:
         self.note("warning", "sweep errors", f"sweep error: {system.show(path)}: {message}", system.show(path))
 
     def check_budget(self):
-        if _SIGTERM:
-            raise Terminated("stopped by SIGTERM: the chain's time for part 45 ran out")
-        if time.monotonic() > self.deadline:
-            raise Budget()
+        check(self.deadline)
 
 
 def fact(report):
