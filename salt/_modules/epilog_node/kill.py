@@ -33,11 +33,9 @@ KILL_SLOTS = 16
 # _wait_dead's pauses: a process SIGKILL reached is gone within a fraction
 # of a millisecond, so the first looks come soon; about 0.1 s in all
 DEAD_PAUSES = (0.0001, 0.0002, 0.0004, *(0.0005 * wait for wait in range(2, 21)))
-# A frozen round reads every process two or three times (the scan after the
-# freeze, the one after the kill, and one more after a thaw) and signals
-# each of hers on its own: the first starts only with at least this many
-# times the kill's first scan left, and the wait for the dead (else the
-# round goes without the freeze).
+# A frozen round reads every process two or three times and signals each of
+# hers on its own: the first starts only with at least this many times the
+# kill's first scan left, and the wait for the dead (else it goes unfrozen).
 FROZEN_SCANS = 3
 # pidfd_open and pidfd_send_signal, by machine: the numbers every
 # architecture's table shares since Linux 5.1 (alpha's and ia64's differ:
@@ -210,7 +208,7 @@ def _thaw(uid, x, others, before):
     as the SIGSTOP came) through its pidfd; then, as root, to its parent
     (_thaw_parent: waited for a few ms to stop itself). The "pid(name)"
     continued."""
-    calls, done = pidfd_calls() or (), []
+    calls, done, parents = pidfd_calls() or (), [], set()
     for entry in others:
         pid = entry.split("(", 1)[0]
         fd = _pinned(calls, pid)
@@ -222,9 +220,12 @@ def _thaw(uid, x, others, before):
                 continue
             _as_user(uid, x, _sender(calls, fd, pid, signal.SIGCONT))
             done.append("%s(%s)" % (pid, system.show(fields.get("Name", "?"))))
-            parent = _thaw_parent(uid, calls, pid, fields.get("PPid", ""), before)
-            if parent:
-                done.append(parent)
+            ppid = fields.get("PPid", "")
+            if ppid not in parents:  # each parent waited for once, however many children it has
+                parents.add(ppid)
+                parent = _thaw_parent(uid, calls, pid, ppid, before)
+                if parent:
+                    done.append(parent)
         finally:
             if fd is not None:
                 os.close(fd)
@@ -426,9 +427,7 @@ def kill_uid(uid, user, until=None, x=None, rounds_max=None):
                 # stopped continued (_thaw, once hers are dead), whatever
                 # cuts the round short.
                 one_by_one += 1
-                # found: what the undo of a cut-off round continues first,
-                # the saved-only processes the last scan knew, then those
-                # of each scan since the freeze
+                # found: what the undo of a cut-off round continues first
                 before, pending, found = stopped, True, (others, ())
                 try:
                     why = _as_user(uid, x, lambda: os.kill(-1, signal.SIGSTOP))
