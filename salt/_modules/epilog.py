@@ -314,7 +314,8 @@ def sweep(test=None, job=None, user=None, budget=None, remove_ipc=False, **kwarg
     same way.
 
     Returns a report: ``removed`` (or, with ``test=True``, ``would_remove``),
-    ``kept`` with a reason for each path, ``errors``, ``skipped``,
+    ``kept`` with a reason for each path (the first 10,000 of each list;
+    ``more`` counts the rest), ``errors``, ``skipped``,
     ``counts`` per kind, and ``ipc``: ``users`` (each account with objects
     and no job here: what would go, and with ``remove_ipc`` what went) and
     ``counts``, or why it could not look. Raises an error (exit code 1) only

@@ -464,7 +464,43 @@ def test_the_runners_sigterm_stops_the_looks_at_every_process_and_socket(monkeyp
     CHECK_EVERY 1 makes it) with Terminated, and the look for the holders
     of X sockets ends at once, with none named."""
     monkeypatch.setattr(sweep_holders, "CHECK_EVERY", 1)
-    monkeypatch.setattr(sweep_report, "_SIGTERM", [signal.SIGTERM])
-    with pytest.raises(sweep_report.Terminated):
-        sweep_holders.bound_socket_files(time.monotonic() + 60)
-    assert sweep_holders.Processes(time.monotonic() + 60).holders([1, 2, 3]) == {}
+    mine, theirs = socket.socketpair()
+    with mine, theirs:
+        inode = os.fstat(mine.fileno()).st_ino
+        procs = sweep_holders.Processes(time.monotonic() + 60)
+        assert procs.holders([inode]) == {inode: (os.getpid(), procs.comm(os.getpid()))}
+        monkeypatch.setattr(sweep_report, "_SIGTERM", [signal.SIGTERM])
+        with pytest.raises(sweep_report.Terminated):
+            sweep_holders.bound_socket_files(time.monotonic() + 60)
+        assert sweep_holders.Processes(time.monotonic() + 60).holders([inode]) == {}
+
+
+def test_the_clsbd_files_and_the_scratch_are_judged_before_x11_unix_is_listed(tmp_path, monkeypatch):
+    """A /tmp/.X11-unix a user filled with 600 names, and the sweep's time
+    runs out while it lists them (the clock moved 100 s on once its
+    listing begins: such a directory cannot be had cheaply): the dead
+    clsbd file is removed all the same, for it was judged before, and the
+    sweep says where it stopped, with the lock it did not judge left."""
+    dead = dead_pid()
+    residue = residue_dir(tmp_path, monkeypatch, [f"clsbd.user.{dead}", ".X7-lock"])
+    (residue / ".X11-unix").mkdir()
+    for i in range(600):
+        (residue / ".X11-unix" / f"bad{i}").write_bytes(b"")
+    monkeypatch.setattr(sweep_names, "X11_DIR_OWNER", os.getuid())
+    late, entries = [0], sweep._Sweep._x11_entries
+
+    def listing_late(self, tmp_fd):
+        late[0] = 100
+        return entries(self, tmp_fd)
+
+    class Clock:
+        @staticmethod
+        def monotonic():
+            return time.monotonic() + late[0]
+
+    monkeypatch.setattr(sweep._Sweep, "_x11_entries", listing_late)
+    monkeypatch.setattr(sweep_report, "time", Clock)
+    report = sweep.run_sweep(budget=5)
+    assert f"clsbd.user.{dead}" not in os.listdir(residue), report
+    assert report["budget_exhausted"] and report["listing_cut"]["path"] == f"{residue}/.X11-unix", report
+    assert report["left"] == 1 and sweep_report.fact(report)["left"] == 1, report

@@ -144,10 +144,9 @@ class _Sweep(Removal):
         self.job = job
         self.patterns = patterns
         self.procs = sweep_holders.Processes(self.deadline)
-        self._candidates = []
+        self._left = 0  # the entries found and not yet judged
         self._holders = {}
         self._listing = None  # [the directory being listed, the names read so far]
-        self._found = None  # while /tmp is listed: (locks, clsbd, scratch) found so far
         self._tmp_dev = None
 
     def lstat_at(self, dir_fd, name):
@@ -197,14 +196,14 @@ class _Sweep(Removal):
             self._sweep(tmp_fd, self._names(tmp_fd, sweep_names.TMP))
         except Budget:
             self.report["budget_exhausted"] = True
-            self.report["left"] = sum(path not in self._decided for path in self._candidates) if self._found is None \
-                else sum(len(found) for found in self._found)
-            where = ""
+            self.report["left"] = self._left
+            where, some = "", ""
             if self._listing:
-                where = f" while listing {self._listing[0]} ({self._listing[1]} names read)"
+                # what the listing had found: the rest of the names are unread
+                where, some = f" while listing {self._listing[0]} ({self._listing[1]} names read)", "at least "
                 self.report["listing_cut"] = {"path": self._listing[0], "names_read": self._listing[1]}
             self.log("warning", f"sweep budget of {self.budget}s exhausted{where}; "
-                                f"{self.report['left']} entries left for the next job end")
+                                f"{some}{self.report['left']} entries left for the next job end")
         finally:
             os.close(tmp_fd)
             self.flush_notes()
@@ -218,55 +217,64 @@ class _Sweep(Removal):
         user filled with names holds the sweep no longer than its budget
         (_listing: where it was, and how many names it had read). A
         listing that fails is SweepError for /tmp, OSError otherwise."""
+        listing = None
         try:
-            listing = os.scandir(fd) if os.scandir in os.supports_fd else iter(os.listdir(fd))
+            where = fd if os.scandir in os.supports_fd else _fd_path(fd)
+            if where is None:
+                names = os.listdir(fd)  # python 3.6 without /proc: read whole
+            else:
+                listing = names = os.scandir(where)
         except OSError as exc:
             if path == sweep_names.TMP:
                 raise SweepError(f"cannot list {path}: {exc.strerror}") from exc
             raise
         self._listing = [path, 0]
         try:
-            for read, entry in enumerate(listing, 1):
+            for read, entry in enumerate(names, 1):
                 if read % LISTING_BATCH == 0:
                     self._listing[1] = read
                     self.check_budget()
-                yield entry if isinstance(entry, str) else entry.name
+                yield entry if listing is None else entry.name
         except OSError as exc:
+            self._listing = None
             if path == sweep_names.TMP:
                 raise SweepError(f"cannot list {path}: {exc.strerror}") from exc
             raise
         finally:
-            if hasattr(listing, "close"):
+            if listing is not None:
                 listing.close()
         self._listing = None
 
     def _sweep(self, tmp_fd, names):
         locks, clsbd, scratch = {}, [], []
-        self._found = (locks, clsbd, scratch)  # what the listing found so far, none of it judged
         scratch_res = [_scratch_regex(p, self.job) for p in self.patterns] if self.job else []
         for name in names:
             if X_LOCK_LIKE.match(name):
                 match = X_LOCK_NAME.match(name)
                 if match:
+                    self._left += int(match.group(1)) not in locks
                     locks[int(match.group(1))] = name
                 else:
                     self.keep("x_lock", f"{sweep_names.TMP}/{name}", "malformed lock name", candidate=False)
             elif name.startswith(sweep_names.CLSBD_START):
                 clsbd.append(name)
+                self._left += 1
             elif not name.startswith(".") and any(regex.match(name) for regex in scratch_res):
                 scratch.append(name)
+                self._left += 1
+        # The displays last: listing /tmp/.X11-unix (which anybody can fill
+        # with names) and asking every network namespace (a user can make
+        # one per process) are the steps a user can make slow, and they must
+        # not use up the budget of the clsbd files and the scratch.
+        for name in clsbd:
+            self._one("clsbd", f"{sweep_names.TMP}/{name}", self._clsbd, tmp_fd, name)
+            self._left -= 1
+        for name in scratch:
+            self.check_budget()
+            self._one("scratch", f"{sweep_names.TMP}/{name}", self._scratch, tmp_fd, name)
+            self._left -= 1
         sockets, x_fd = self._x11_entries(tmp_fd)
-        self._candidates = ([f"{sweep_names.TMP}/{sweep_names.X11_DIR}/{name}" for name, _ in sockets.values()]
-                            + [f"{sweep_names.TMP}/{name}" for name in list(locks.values()) + clsbd + scratch])
-        self._found = None
         try:
-            # The displays last: asking every network namespace is the one
-            # step a user can make slow (a namespace per process), and it
-            # must not use up the budget of the clsbd files and the scratch.
-            for name in clsbd:
-                self._one("clsbd", f"{sweep_names.TMP}/{name}", self._clsbd, tmp_fd, name)
-            for name in scratch:
-                self._one("scratch", f"{sweep_names.TMP}/{name}", self._scratch, tmp_fd, name)
             self._displays(tmp_fd, x_fd, sockets, locks)
         finally:
             if x_fd is not None:
@@ -354,6 +362,7 @@ class _Sweep(Removal):
         if not stat.S_ISSOCK(entry.st_mode):
             self.keep("x_socket", entry_path, f"not a socket ({kind_of(entry)})")
             return
+        self._left += int(match.group(1)) not in sockets
         sockets[int(match.group(1))] = (name, entry)
 
     def _displays(self, tmp_fd, x_fd, sockets, locks):
@@ -372,6 +381,7 @@ class _Sweep(Removal):
                 for kind, path in (("x_socket", sock_path if display in sockets else None), ("x_lock", lock_path)):
                     if path and path not in self._decided:
                         self.unjudged(kind, path, why)
+            self._left -= (display in sockets) + (display in locks)
 
     def _display(self, tmp_fd, x_fd, display, sock, lock_name, bound):
         """Gather display :DISPLAY's facts, judge them (judge_display) and
@@ -436,6 +446,14 @@ class _Sweep(Removal):
         if self.remove("clsbd", tmp_fd, name, path, st):
             self.note("info", f"stale clsbd {self.purged}", f"stale clsbd {self.purged}: {system.show(path)}",
                       system.show(path))
+
+
+def _fd_path(fd):
+    """/proc/self/fd/FD: the directory FD itself, opened again without a
+    look up of its path (for a python without os.scandir on a descriptor,
+    3.6); None where /proc cannot give it."""
+    path = f"/proc/self/fd/{fd}"
+    return path if os.path.isdir(path) else None
 
 
 def kind_of(st):

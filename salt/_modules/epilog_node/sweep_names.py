@@ -64,6 +64,7 @@ def has_residue(job):
     if not stat.S_ISDIR(st.st_mode):
         return True
     try:
-        return bool(os.listdir(TMP + "/" + X11_DIR))
+        with os.scandir(TMP + "/" + X11_DIR) as entries:  # its first name is enough
+            return next(entries, None) is not None
     except OSError:
         return True

@@ -158,7 +158,8 @@ def fact(report):
     """The sweep's fact for the job end's record: the counts per kind, the
     paths removed and kept (each list cut when it would pass half of
     FACT_PATH_CHARS, with how many were left out); of a sweep that removed
-    nothing (test, would), what would have gone, and would: true."""
+    nothing (test, would), what would have gone, and would: true; of one
+    its budget stopped, budget_exhausted, left and listing_cut."""
     out = {"counts": {kind: dict(report["counts"][kind]) for kind in KINDS}}
     gone_key = "would_remove" if report.get("test") else "removed"
     more = report.get("more", {})
@@ -174,4 +175,8 @@ def fact(report):
         out[key + "_more"] = len(paths) + beyond - len(shown)
     if report.get("test"):
         out["would"] = True
+    if report.get("budget_exhausted"):
+        out["budget_exhausted"], out["left"] = True, report.get("left", 0)
+        if report.get("listing_cut"):
+            out["listing_cut"] = report["listing_cut"]
     return out
