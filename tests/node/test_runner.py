@@ -258,6 +258,27 @@ def test_allow_file_symlink_is_left_alone(chain, tmp_path):
         chain.allow_file.unlink()
 
 
+def test_an_allow_file_larger_than_an_edit_reads_is_left_alone_whole(chain):
+    """An allow file past the 16 MiB an edit reads (allow.ALLOW_MAX), the
+    user's line at its head and an operator's at its tail: part 39 leaves
+    it alone, and says so, rather than write back the part it read and
+    drop the tail."""
+    filler = b"".join(b"user%07d\n" % i for i in range((16 << 20) // 12 + 1))
+    chain.allow_file.write_bytes(b"alice\n" + filler + b"je.kim\n")
+    size = chain.allow_file.stat().st_size
+    mark = len(chain.log_text())
+    try:
+        assert chain.run_part("39-lastuserjob-ssh", slurmd_env("alice")).returncode == 0
+        assert chain.allow_file.stat().st_size == size
+        with open(chain.allow_file, "rb") as handle:
+            assert handle.read(6) == b"alice\n"
+            handle.seek(size - 7)
+            assert handle.read() == b"je.kim\n"
+        assert "is larger than the 16777216 bytes an edit reads" in chain.log_text()[mark:]
+    finally:
+        chain.allow_file.write_text("")
+
+
 def test_39_removes_a_crlf_line_of_the_user_only(chain):
     chain.allow_file.write_bytes(b"bob\r\nalice\r\nalicex\r\n")
     assert chain.run_part("39-lastuserjob-ssh", slurmd_env("alice")).returncode == 0

@@ -176,6 +176,28 @@ def test_prolog_50_grants_no_alias_the_guard_acts_for(tmp_path, monkeypatch):
                                      "account's name: part 39 would never remove the line)")]
 
 
+def test_prolog_50_grants_no_name_pam_listfile_would_read_as_several(tmp_path, monkeypatch):
+    """pam_listfile reads the allow file 255 bytes a line at most: a name of
+    256 bytes would be read as two names, the second maybe another
+    account's (a+...+bob admits bob). Such a name, acted for by the guard,
+    is never granted; one of 255 bytes is."""
+    longest, longer = "a" * 252 + "bob", "a" * 253 + "bob"
+    accounts = {"root": 0, longest: 50101, longer: 50102}
+    monkeypatch.setattr(guard, "resolve", accounts.get)
+    monkeypatch.setattr(guard, "name_of", own_names(accounts).get)
+    monkeypatch.setattr(guard, "login_defs", lambda: DEFS)
+    path = tmp_path / "localusers.backup"
+    path.write_bytes(b"root\n")
+    chars = RULES_CHARS
+    ok = guard.grant(guard.identity(longest, "50101", accounts.get, chars), longest, str(path))
+    assert ok.answer == "act", ok
+    ident = guard.identity(longer, "50102", accounts.get, chars)
+    assert guard.check(ident, longer, str(path)).answer == "act"
+    refused = guard.grant(ident, longer, str(path))
+    assert (refused.answer, refused.listed) == ("unknown", "name too long"), refused
+    assert guard.spared_as(refused) == "name too long"
+
+
 def test_the_database_is_asked_only_for_a_name_that_passes_every_check():
     asked = []
 

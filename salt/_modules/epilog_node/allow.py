@@ -14,6 +14,9 @@ from . import guard, registry, system
 
 # how long an edit waits for ssh_allow.lock at most (within its part's deadline)
 LOCK_WAIT = 10
+# the most of the allow file an edit reads: a larger one is left alone (its
+# rewrite would drop the lines past it)
+ALLOW_MAX = 16 << 20
 
 def allow_lines(data):
     """The allow file's lines as a shell's mapfile reads them: without their
@@ -144,9 +147,13 @@ def allow_change_here(ctx, op, user):
             ctx.log("warning", "ssh allow file %s is not a regular file; left alone" % path)
             return "left alone"
         try:
-            data = system.read_file(path, 16 << 20) if old is not None else b""
+            data = system.read_file(path, ALLOW_MAX) if old is not None else b""
         except OSError:
             ctx.log("warning", "cannot read %s; left alone" % path)
+            return "left alone"
+        if old is not None and len(data) != old.st_size:
+            ctx.log("warning", "%s is larger than the %d bytes an edit reads, or changed while it was read; left "
+                    "alone" % (path, ALLOW_MAX))
             return "left alone"
         name = os.fsencode(user)
         change, lines = allow_change(op, name, allow_lines(data))

@@ -209,12 +209,23 @@ def own_name(verdict, name):
     return verdict
 
 
+# The longest line pam_listfile reads as one name: it reads the file with
+# fgets into 256 bytes, so a longer line is read as two or more names, any
+# of them maybe another account's.
+LINE_MAX = 255
+
+
 def grant(ident, user, list_path):
     """Prolog 50's rule, who gets a line in the allow file: the line USER
     only where check() says act and USER is the account's own name
     (own_name): exactly the lines part 39 removes at the user's last job
-    end, and the lines verify judges the file by (judge_names)."""
-    return own_name(check(ident, user, list_path), user)
+    end, and the lines verify judges the file by (judge_names); and only a
+    name pam_listfile reads as one line (LINE_MAX bytes at most)."""
+    verdict = own_name(check(ident, user, list_path), user)
+    if verdict.answer == "act" and len(os.fsencode(user)) > LINE_MAX:
+        return Verdict("unknown", None, "%s is longer than the %d bytes pam_listfile reads as one name"
+                       % (system.show(user), LINE_MAX), "warning", "name too long", False)
+    return verdict
 
 
 def name_of(uid):
