@@ -258,6 +258,27 @@ def test_allow_file_symlink_is_left_alone(chain, tmp_path):
         chain.allow_file.unlink()
 
 
+def test_an_allow_file_another_account_can_write_is_edited_and_named_at_each_edit(chain):
+    """An allow file of alicex's, and one of root's that its group can
+    write: either account could add any name to it. Part 39 still removes
+    alice's line (it is not evidence of anything, and her access goes),
+    and says at each edit who could write it and how to fix it."""
+    mark = len(chain.log_text())
+    try:
+        for owner, mode in ((uid_of("alicex"), 0o644), (0, 0o664)):
+            chain.allow_file.write_text("bob\nalice\n")
+            os.chown(chain.allow_file, owner, 0)
+            os.chmod(chain.allow_file, mode)
+            assert chain.run_part("39-lastuserjob-ssh", slurmd_env("alice")).returncode == 0
+            assert chain.allow_file.read_text() == "bob\n"
+            assert f"is owned by uid {owner} or writable by group or others (mode {mode:04o}): that account can " \
+                   "give any account ssh access here; chown root and chmod go-w it" in chain.log_text()[mark:]
+    finally:
+        os.chown(chain.allow_file, 0, 0)
+        os.chmod(chain.allow_file, 0o644)
+        chain.allow_file.write_text("")
+
+
 def test_an_allow_file_larger_than_an_edit_reads_is_left_alone_whole(chain):
     """An allow file past the 16 MiB an edit reads (allow.ALLOW_MAX), the
     user's line at its head and an operator's at its tail: part 39 leaves

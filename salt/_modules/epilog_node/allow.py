@@ -151,6 +151,12 @@ def allow_change_here(ctx, op, user):
         except OSError:
             ctx.log("warning", "cannot read %s; left alone" % path)
             return "left alone"
+        if old is not None and (old.st_uid != 0 or old.st_mode & 0o022):
+            # its owner, or its group, can add any name: this edit goes on
+            # (her line still goes), and says so at every edit
+            ctx.log("warning", "%s is owned by uid %d or writable by group or others (mode %04o): that account "
+                    "can give any account ssh access here; chown root and chmod go-w it"
+                    % (path, old.st_uid, stat.S_IMODE(old.st_mode)))
         if old is not None and len(data) != old.st_size:
             ctx.log("warning", "%s is larger than the %d bytes an edit reads, or changed while it was read; left "
                     "alone" % (path, ALLOW_MAX))
