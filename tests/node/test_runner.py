@@ -260,19 +260,21 @@ def test_allow_file_symlink_is_left_alone(chain, tmp_path):
 
 def test_an_allow_file_another_account_can_write_is_edited_and_named_at_each_edit(chain):
     """An allow file of alicex's, and one of root's that its group can
-    write: either account could add any name to it. Part 39 still removes
-    alice's line (it is not evidence of anything, and her access goes),
-    and says at each edit who could write it and how to fix it."""
-    mark = len(chain.log_text())
+    write: either could change who logs in. Part 39 still removes alice's
+    line (it is not evidence of anything, and her access goes), and says
+    at each edit who could write it and how to fix it; of root's own file,
+    mode 0644, it says nothing."""
     try:
-        for owner, mode in ((uid_of("alicex"), 0o644), (0, 0o664)):
+        for owner, mode, warned in ((uid_of("alicex"), 0o644, True), (0, 0o664, True), (0, 0o644, False)):
+            mark = len(chain.log_text())
             chain.allow_file.write_text("bob\nalice\n")
             os.chown(chain.allow_file, owner, 0)
             os.chmod(chain.allow_file, mode)
             assert chain.run_part("39-lastuserjob-ssh", slurmd_env("alice")).returncode == 0
             assert chain.allow_file.read_text() == "bob\n"
-            assert f"is owned by uid {owner} or writable by group or others (mode {mode:04o}): that account can " \
-                   "give any account ssh access here; chown root and chmod go-w it" in chain.log_text()[mark:]
+            said = f"is owned by uid {owner}, group 0, mode {mode:04o}: not root's alone, so another account can " \
+                   "change who gets ssh access here; chown root and chmod go-w it"
+            assert (said in chain.log_text()[mark:]) == warned, chain.log_text()[mark:]
     finally:
         os.chown(chain.allow_file, 0, 0)
         os.chmod(chain.allow_file, 0o644)
@@ -283,19 +285,21 @@ def test_an_allow_file_larger_than_an_edit_reads_is_left_alone_whole(chain):
     """An allow file past the 16 MiB an edit reads (allow.ALLOW_MAX), the
     user's line at its head and an operator's at its tail: part 39 leaves
     it alone, and says so, rather than write back the part it read and
-    drop the tail."""
+    drop the tail. One of exactly 16 MiB is edited."""
     filler = b"".join(b"user%07d\n" % i for i in range((16 << 20) // 12 + 1))
-    chain.allow_file.write_bytes(b"alice\n" + filler + b"je.kim\n")
-    size = chain.allow_file.stat().st_size
+    whole = b"alice\n" + filler + b"je.kim\n"
     mark = len(chain.log_text())
     try:
+        chain.allow_file.write_bytes(whole)
         assert chain.run_part("39-lastuserjob-ssh", slurmd_env("alice")).returncode == 0
-        assert chain.allow_file.stat().st_size == size
-        with open(chain.allow_file, "rb") as handle:
-            assert handle.read(6) == b"alice\n"
-            handle.seek(size - 7)
-            assert handle.read() == b"je.kim\n"
-        assert "is larger than the 16777216 bytes an edit reads" in chain.log_text()[mark:]
+        assert chain.allow_file.read_bytes() == whole
+        assert f"is {len(whole)} bytes and {16 << 20} were read (an edit reads {16 << 20} at most" \
+            in chain.log_text()[mark:]
+        exactly = b"alice\n" + whole[-(16 << 20) + 6:]
+        assert len(exactly) == 16 << 20 and exactly.endswith(b"je.kim\n")
+        chain.allow_file.write_bytes(exactly)
+        assert chain.run_part("39-lastuserjob-ssh", slurmd_env("alice")).returncode == 0
+        assert chain.allow_file.read_bytes() == exactly[6:]
     finally:
         chain.allow_file.write_text("")
 

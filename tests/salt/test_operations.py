@@ -186,6 +186,15 @@ def test_verify_names_the_allow_file_lines_part_39_never_removes(node):
     assert f": {shown} ...; remove each by hand" in warning and "alice" not in warning, warning
     remove = "perl -ni -e 'BEGIN { $n = shift } print unless $_ eq \"$n\\n\"'"
     assert f"flock {node.conf_dir}/ssh_allow.lock {remove} NAME {allow}" in warning
+    assert not [text for text in verified["warnings"] if text.startswith(("[ssh-allow-file", "[ssh-allow-line-too"))]
+    # a line pam_listfile reads as several names, in a file its group can write
+    allow.write_text("alice\n" + "a" * 253 + "bob\n")
+    os.chmod(allow, 0o664)
+    warnings = node.run("verify")["warnings"]
+    (writable,) = [text for text in warnings if text.startswith("[ssh-allow-file-writable]")]
+    assert f"{allow} is owned by uid 0, group 0, mode 0664: not root's alone" in writable, writable
+    (too_long,) = [text for text in warnings if text.startswith("[ssh-allow-line-too-long]")]
+    assert f"1 line(s) of {allow} are longer than the 255 bytes pam_listfile reads as one name" in too_long, too_long
     allow.unlink()
     allow.symlink_to(node.base / "records.jsonl")
     (warning,) = [text for text in node.run("verify")["warnings"] if text.startswith("[ssh-allow-line-never")]

@@ -177,10 +177,10 @@ def test_prolog_50_grants_no_alias_the_guard_acts_for(tmp_path, monkeypatch):
 
 
 def test_prolog_50_grants_no_name_pam_listfile_would_read_as_several(tmp_path, monkeypatch):
-    """pam_listfile reads the allow file 255 bytes a line at most: a name of
-    256 bytes would be read as two names, the second maybe another
-    account's (a+...+bob admits bob). Such a name, acted for by the guard,
-    is never granted; one of 255 bytes is."""
+    """pam_listfile (Linux-PAM up to 1.5) reads the allow file 255 bytes a
+    line at most: a name of 256 bytes would be read as two names, the
+    second maybe another account's (253 a's and "bob" admit "b"). Such a
+    name, acted for by the guard, is never granted; one of 255 bytes is."""
     longest, longer = "a" * 252 + "bob", "a" * 253 + "bob"
     accounts = {"root": 0, longest: 50101, longer: 50102}
     monkeypatch.setattr(guard, "resolve", accounts.get)

@@ -151,7 +151,7 @@ def test_every_why_of_a_line_not_granted_has_its_counter(tmp_path):
     the grant's verdict: an alias's too) is a label of
     epilog_ssh_not_granted_total, and epilog.report counts it."""
     path = tmp_path / "epilog.prom"
-    for why in ("listed", "system account", "lookup error", "unknown user", "not the account's name"):
+    for why in ("listed", "system account", "lookup error", "unknown user", "not the account's name", "name too long"):
         prolog = record.build("prolog", node="n1", job="8", user="Alice", uid="50101", release="0123456789ab",
                               start=1.0, ms=1, parts=[record.part_ran("50-exclusive-ssh", 0, 1, {"allow": {
                                   "op": "add", "change": "not granted", "why": why}})])

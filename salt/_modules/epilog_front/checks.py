@@ -527,7 +527,36 @@ def _ssh(v):
     settings, chain = v.settings, v.chain
     problems_pam, warnings_pam = _ssh_access(settings)
     v.problems.extend(problems_pam)
-    v.warnings.extend(warnings_pam + _never_revoked(settings, chain))
+    v.warnings.extend(warnings_pam + _never_revoked(settings, chain) + _allow_file_shape(settings))
+
+
+def _allow_file_shape(settings):
+    """[ssh-allow-file-writable], a warning: the allow file is not root's
+    alone (its owner or group can change who logs in; pam_listfile admits
+    nobody through a file others can write); [ssh-allow-line-too-long]: its
+    lines longer than the LINE_MAX bytes pam_listfile (Linux-PAM 1.5) reads
+    as one name, each read as several names (prolog 50 grants none now)."""
+    path, out = settings["ssh_allow_file"], []
+    try:
+        if _node.registry.not_run(_node.registry.REVOKE, settings):
+            return []
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return []  # _never_revoked says so
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            out.append(f"[ssh-allow-file-writable] {_shown(path)} is owned by uid {st.st_uid}, group {st.st_gid}, mode "
+                       f"{stat.S_IMODE(st.st_mode):04o}: not root's alone, so another account can change who gets "
+                       "ssh access here; chown root and chmod go-w it")
+        lines = _node.allow.allow_lines(_node.system.read_file(path, _node.allow.ALLOW_MAX))
+    except OSError:
+        return out
+    long_lines = [line for line in lines if len(line) > _node.guard.LINE_MAX]
+    if long_lines:
+        heads = ", ".join(_shown(os.fsdecode(line[:40])) + "..." for line in long_lines[:5])
+        out.append(f"[ssh-allow-line-too-long] {len(long_lines)} line(s) of {_shown(path)} are longer than the "
+                   f"{_node.guard.LINE_MAX} bytes pam_listfile reads as one name, so it reads each as several, any "
+                   f"of them maybe another account's: {heads}; remove them by hand")
+    return out
 
 
 def _schedule(v):

@@ -152,14 +152,16 @@ def allow_change_here(ctx, op, user):
             ctx.log("warning", "cannot read %s; left alone" % path)
             return "left alone"
         if old is not None and (old.st_uid != 0 or old.st_mode & 0o022):
-            # its owner, or its group, can add any name: this edit goes on
-            # (her line still goes), and says so at every edit
-            ctx.log("warning", "%s is owned by uid %d or writable by group or others (mode %04o): that account "
-                    "can give any account ssh access here; chown root and chmod go-w it"
-                    % (path, old.st_uid, stat.S_IMODE(old.st_mode)))
+            # its owner or group can change who logs in (pam_listfile admits
+            # nobody through a file others can write): the edit goes on (her
+            # line still goes), and says so at every edit
+            ctx.log("warning", "%s is owned by uid %d, group %d, mode %04o: not root's alone, so another account can "
+                    "change who gets ssh access here; chown root and chmod go-w it"
+                    % (path, old.st_uid, old.st_gid, stat.S_IMODE(old.st_mode)))
         if old is not None and len(data) != old.st_size:
-            ctx.log("warning", "%s is larger than the %d bytes an edit reads, or changed while it was read; left "
-                    "alone" % (path, ALLOW_MAX))
+            # (the chain's own edits, a line a user, never make one so large)
+            ctx.log("warning", "%s is %d bytes and %d were read (an edit reads %d at most, or it changed meanwhile); "
+                    "left alone, a revoke too" % (path, old.st_size, len(data), ALLOW_MAX))
             return "left alone"
         name = os.fsencode(user)
         change, lines = allow_change(op, name, allow_lines(data))
@@ -234,6 +236,7 @@ def grant_ssh(ctx):
         return
     why = guard.spared_as(verdict)
     ctx.fact("allow", {"op": "add", "change": "not granted", "why": why})
-    ctx.log(verdict.level, "%s; not added to %s (%s: part 39 would never remove the line)"
-            % (verdict.why, ctx.names["allow_file"], why))
+    ctx.log(verdict.level, "%s; not added to %s (%s: %s)"
+            % (verdict.why, ctx.names["allow_file"], why, "pam_listfile would read the line as several names"
+               if why == guard.TOO_LONG else "part 39 would never remove the line"))
 

@@ -209,10 +209,11 @@ def own_name(verdict, name):
     return verdict
 
 
-# The longest line pam_listfile reads as one name: it reads the file with
-# fgets into 256 bytes, so a longer line is read as two or more names, any
-# of them maybe another account's.
-LINE_MAX = 255
+# The longest line pam_listfile reads as one name: up to Linux-PAM 1.5 it
+# reads the file with fgets into 256 bytes, so a longer line is read as two
+# or more names, any of them maybe another account's (TOO_LONG: the grant's
+# why).
+LINE_MAX, TOO_LONG = 255, "name too long"
 
 
 def grant(ident, user, list_path):
@@ -224,7 +225,7 @@ def grant(ident, user, list_path):
     verdict = own_name(check(ident, user, list_path), user)
     if verdict.answer == "act" and len(os.fsencode(user)) > LINE_MAX:
         return Verdict("unknown", None, "%s is longer than the %d bytes pam_listfile reads as one name"
-                       % (system.show(user), LINE_MAX), "warning", "name too long", False)
+                       % (system.show(user), LINE_MAX), "warning", TOO_LONG, False)
     return verdict
 
 

@@ -155,7 +155,7 @@ SHORTFALLS = (
 SHORTFALL_METRIC = {key: metric for key, metric, _ in SHORTFALLS}
 # prolog 50's facts change: not granted, by why (guard.spared_as, _ for a space,
 # no apostrophe)
-NOT_GRANTED = ("listed", "system_account", "lookup_error", "unknown_user", "not_the_accounts_name")
+NOT_GRANTED = ("listed", "system_account", "lookup_error", "unknown_user", "not_the_accounts_name", "name_too_long")
 NOT_GRANTED_METRIC = 'epilog_ssh_not_granted_total{why="%s"}'
 
 
