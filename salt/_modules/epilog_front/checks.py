@@ -543,10 +543,9 @@ def _allow_file_shape(settings):
         st = os.lstat(path)
         if not stat.S_ISREG(st.st_mode):
             return []  # _never_revoked says so
-        if st.st_uid != 0 or st.st_mode & 0o022:
-            out.append(f"[ssh-allow-file-writable] {_shown(path)} is owned by uid {st.st_uid}, group {st.st_gid}, mode "
-                       f"{stat.S_IMODE(st.st_mode):04o}: not root's alone, so another account can change who gets "
-                       "ssh access here; chown root and chmod go-w it")
+        shared = _node.allow.not_roots_alone(_shown(path), st)
+        if shared:
+            out.append(f"[ssh-allow-file-writable] {shared}")
         lines = _node.allow.allow_lines(_node.system.read_file(path, _node.allow.ALLOW_MAX))
     except OSError:
         return out

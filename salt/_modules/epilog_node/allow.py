@@ -18,6 +18,17 @@ LOCK_WAIT = 10
 # rewrite would drop the lines past it)
 ALLOW_MAX = 16 << 20
 
+def not_roots_alone(path, st):
+    """Why the allow file PATH, of lstat ST, is not root's alone (its owner
+    or group can change who logs in; pam_listfile admits nobody through a
+    file others can write), or None: what part 39 and 50 warn of at each
+    edit, and verify across a fleet."""
+    if st.st_uid == 0 and not st.st_mode & 0o022:
+        return None
+    return ("%s is owned by uid %d, group %d, mode %04o: not root's alone, so another account can change who gets ssh "
+            "access here; chown root and chmod go-w it" % (path, st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)))
+
+
 def allow_lines(data):
     """The allow file's lines as a shell's mapfile reads them: without their
     newline, a last line without one still a line."""
@@ -151,13 +162,9 @@ def allow_change_here(ctx, op, user):
         except OSError:
             ctx.log("warning", "cannot read %s; left alone" % path)
             return "left alone"
-        if old is not None and (old.st_uid != 0 or old.st_mode & 0o022):
-            # its owner or group can change who logs in (pam_listfile admits
-            # nobody through a file others can write): the edit goes on (her
-            # line still goes), and says so at every edit
-            ctx.log("warning", "%s is owned by uid %d, group %d, mode %04o: not root's alone, so another account can "
-                    "change who gets ssh access here; chown root and chmod go-w it"
-                    % (path, old.st_uid, old.st_gid, stat.S_IMODE(old.st_mode)))
+        shared = not_roots_alone(path, old) if old is not None else None
+        if shared:
+            ctx.log("warning", shared)  # the edit goes on (her line still goes), and says so at every edit
         if old is not None and len(data) != old.st_size:
             # (the chain's own edits, a line a user, never make one so large)
             ctx.log("warning", "%s is %d bytes and %d were read (an edit reads %d at most, or it changed meanwhile); "
