@@ -428,7 +428,7 @@ def test_a_tmp_filled_with_names_holds_the_sweep_no_longer_than_its_budget(tmp_p
     """A user's 3,000 malformed lock names in /tmp (a directory of the
     test's own stands in for it), and the sweep's time runs out while it
     lists them: it stops in the listing, at the first check of its budget
-    (every LISTING_BATCH names), says where, and reports the budget spent,
+    (every CHECK_EVERY names), says where, and reports the budget spent,
     not the names it never read."""
     residue = residue_dir(tmp_path, monkeypatch, [f".X{i}\x01\x01-lock" for i in range(3000)])
     monkeypatch.setattr(sweep_names, "X11_DIR_OWNER", os.getuid())
@@ -436,9 +436,9 @@ def test_a_tmp_filled_with_names_holds_the_sweep_no_longer_than_its_budget(tmp_p
     lines = []
     report = sweep.run_sweep(budget=5, log=lambda level, line: lines.append((level, line)))
     assert report["budget_exhausted"] is True, report["counts"]
-    assert report["listing_cut"] == {"path": str(residue), "names_read": sweep.LISTING_BATCH}, report["listing_cut"]
-    assert report["counts"]["x_lock"]["kept"] == sweep.LISTING_BATCH - 1, report["counts"]
-    assert any(f"while listing {residue} ({sweep.LISTING_BATCH} names read)" in line for _, line in lines), lines
+    assert report["listing_cut"] == {"path": str(residue), "names_read": sweep_report.CHECK_EVERY}, report["listing_cut"]
+    assert report["counts"]["x_lock"]["kept"] == sweep_report.CHECK_EVERY - 1, report["counts"]
+    assert any(f"while listing {residue} ({sweep_report.CHECK_EVERY} names read)" in line for _, line in lines), lines
 
 
 def test_the_report_holds_at_most_report_max_entries_a_list_and_counts_the_rest(tmp_path, monkeypatch):
@@ -463,7 +463,7 @@ def test_the_runners_sigterm_stops_the_looks_at_every_process_and_socket(monkeyp
     network namespace's sockets ends at its next check (here every pid, as
     CHECK_EVERY 1 makes it) with Terminated, and the look for the holders
     of X sockets ends at once, with none named."""
-    monkeypatch.setattr(sweep_holders, "CHECK_EVERY", 1)
+    monkeypatch.setattr(sweep_report, "CHECK_EVERY", 1)
     mine, theirs = socket.socketpair()
     with mine, theirs:
         inode = os.fstat(mine.fileno()).st_ino

@@ -56,7 +56,7 @@ import stat
 import sys
 import time
 
-from . import sweep_holders, sweep_names, system
+from . import sweep_holders, sweep_names, sweep_report, system
 from .sweep_remove import Removal
 from .sweep_report import Budget, Unjudged
 
@@ -68,9 +68,6 @@ class SweepError(Exception):
 
 # The budget when --budget is not given (part 45 always gives the pillar's).
 DEFAULT_BUDGET = 10
-# The names of a directory the sweep lists are read in batches of this many,
-# its budget and the runner's SIGTERM checked after each.
-LISTING_BATCH = 256
 
 # sweep_names' patterns, compiled (the sweep's alone: part 45's look needs no re)
 X_SOCKET_NAME = re.compile(sweep_names.X_SOCKET_NAME)
@@ -213,7 +210,7 @@ class _Sweep(Removal):
     def _names(self, fd, path):
         """The names in the directory FD (PATH), read in batches (os.scandir
         on the descriptor where this python takes one), the budget and the
-        runner's SIGTERM checked every LISTING_BATCH names: a directory a
+        runner's SIGTERM checked every sweep_report.CHECK_EVERY names: a directory a
         user filled with names holds the sweep no longer than its budget
         (_listing: where it was, and how many names it had read). A
         listing that fails is SweepError for /tmp, OSError otherwise."""
@@ -231,7 +228,7 @@ class _Sweep(Removal):
         self._listing = [path, 0]
         try:
             for read, entry in enumerate(names, 1):
-                if read % LISTING_BATCH == 0:
+                if read % sweep_report.CHECK_EVERY == 0:
                     self._listing[1] = read
                     self.check_budget()
                 yield entry if listing is None else entry.name

@@ -19,10 +19,6 @@ import time
 from . import sweep_report, system
 from .sweep_report import Unjudged
 
-# the loops over what users can make many (processes, sockets, a process's
-# descriptors) ask sweep_report.check every so many steps
-CHECK_EVERY = 256
-
 # -- held sockets: the kernel's socket diagnostics, per network namespace -----
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
@@ -51,7 +47,7 @@ def _bound_files_here(deadline=None):
     network namespace is bound to, as the kernel reports it
     (NETLINK_SOCK_DIAG, UNIX_DIAG_VFS): the bound file's own identity, which
     no user can print or forge, unlike the names in /proc/net/unix. Until
-    DEADLINE (sweep_report.check, every CHECK_EVERY batches of the dump)."""
+    DEADLINE (sweep_report.check, every sweep_report.CHECK_EVERY batches of the dump)."""
     found, batches = {}, 0
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_SOCK_DIAG) as nl:
         nl.settimeout(5)
@@ -62,7 +58,7 @@ def _bound_files_here(deadline=None):
         while True:
             data = nl.recv(1 << 16)
             batches += 1
-            if batches % CHECK_EVERY == 0:
+            if batches % sweep_report.CHECK_EVERY == 0:
                 sweep_report.check(deadline)
             off = 0
             while off + 16 <= len(data):
@@ -106,7 +102,7 @@ def bound_socket_files(deadline=None):
     if pids is None:
         return None
     for read, pid in enumerate(pids, 1):
-        if read % CHECK_EVERY == 0:
+        if read % sweep_report.CHECK_EVERY == 0:
             sweep_report.check(deadline)
         try:
             spaces.setdefault(os.readlink(f"/proc/{pid}/ns/net"), pid)
@@ -241,7 +237,7 @@ class Processes:
             except OSError:
                 continue
             for read, fd in enumerate(fds, 1):
-                if read % CHECK_EVERY == 0 and self._over():
+                if read % sweep_report.CHECK_EVERY == 0 and self._over():
                     break
                 try:
                     inode = wanted.get(os.readlink(f"/proc/{pid}/fd/{fd}"))

@@ -44,6 +44,11 @@ def terminated(signum, frame):
     _SIGTERM.append(signum)
 
 
+# Every loop over what users can make many (a directory's names, processes,
+# sockets, a process's descriptors) asks check() once every CHECK_EVERY steps.
+CHECK_EVERY = 256
+
+
 def stopped():
     """The runner's SIGTERM came (part 45's time is up)."""
     return bool(_SIGTERM)
